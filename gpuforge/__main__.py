@@ -1,0 +1,5 @@
+import sys
+
+from gpuforge.cli import main
+
+sys.exit(main())

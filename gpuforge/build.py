@@ -1,0 +1,235 @@
+"""Build targets into images: bases first, then BuildKit builds in parallel, tag only on success.
+
+A build writes its image id to an --iidfile; tags are applied from that id afterwards, so a failed
+or interrupted build never creates or moves a tag.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from gpuforge import bases, engine, records, render
+from gpuforge.errors import BuildError, ConfigError
+from gpuforge.matrix import Target
+
+LOG_DIR = Path(os.environ.get("GPUFORGE_LOG_DIR", "reports/build-logs"))
+_CREDS = re.compile(r"(//)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """Hide credentials embedded in URLs (https://user:token@mirror/...)."""
+    return _CREDS.sub(r"\1***@", text)
+
+
+@dataclass(kw_only=True)
+class BuildOptions:
+    jobs: int = 1
+    keep_going: bool = False
+    extra_ca: str | None = None
+    builder: str | None = None
+    cache_from: list[str] = field(default_factory=list)
+    cache_to: str | None = None
+    client: str | None = None
+    index_url: str | None = None
+    pypi_url: str | None = None
+    progress: str = "auto"  # auto | tty | plain
+    log_dir: Path = LOG_DIR
+    context_dir: Path | None = None  # build from here instead of images/dist (tests, benchmarks)
+
+
+@dataclass(kw_only=True)
+class Result:
+    target: Target
+    ok: bool = False
+    state: str = "queued"  # queued | building | built | failed | skipped
+    seconds: float = 0.0
+    image_id: str = ""
+    size: int = 0
+    log: Path | None = None
+    error: str = ""
+    last_line: str = ""
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=render.ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=render.ROOT, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (rev or "unknown") + ("-dirty" if dirty else "")
+
+
+def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts: BuildOptions, recipe: str) -> list[str]:
+    if driver.name == "buildx":
+        argv = [driver.client, "buildx", "build", "--load"]
+        if opts.builder:
+            argv += ["--builder", opts.builder]
+        for c in opts.cache_from:
+            argv += ["--cache-from", c]
+        if opts.cache_to:
+            argv += ["--cache-to", opts.cache_to]
+    else:
+        argv = [driver.client, "build"]
+    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(ctx / "Dockerfile"),
+             "--label", f"org.opencontainers.image.revision={git_revision()}",
+             "--label", f"io.gpuforge.recipe={recipe}"]
+    if opts.extra_ca:
+        argv += ["--secret", f"id=ca,src={opts.extra_ca}"]
+    if opts.index_url:
+        argv += ["--build-arg", f"TORCH_INDEX_URL={opts.index_url}"]
+    if opts.pypi_url:
+        argv += ["--build-arg", f"PYPI_URL={opts.pypi_url}"]
+    return [*argv, str(ctx)]
+
+
+class _Runner:
+    """Runs builds, tracks child processes so Ctrl-C or a failure (without --keep-going) stops them."""
+
+    def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool):
+        self.driver, self.opts, self.results, self.plain = driver, opts, results, plain
+        self.stop = threading.Event()
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+
+    def kill_all(self) -> None:
+        self.stop.set()
+        with self.lock:
+            for p in self.procs:
+                p.terminate()
+
+    def build(self, t: Target) -> Result:
+        r = self.results[t.id]
+        if self.stop.is_set():
+            r.state, r.error = "skipped", "not started: an earlier target failed (use --keep-going)"
+            return r
+        ctx = (self.opts.context_dir or render.DIST) / t.id
+        self.opts.log_dir.mkdir(parents=True, exist_ok=True)
+        r.log = self.opts.log_dir / f"{t.id}.log"
+        files = {str(p.relative_to(ctx)): p.read_bytes() for p in sorted(ctx.rglob("*")) if p.is_file()}
+        recipe = t.recipe_hash(files)
+        r.state = "building"
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="gpuforge-build-") as tmp:
+            iid = Path(tmp) / "iid"
+            argv = build_argv(self.driver, t, ctx, iid, self.opts, recipe)
+            with r.log.open("w") as log:
+                shown = redact("+ " + " ".join(argv))
+                log.write(shown + "\n")
+                if self.plain:
+                    print(f"[{t.id}] {shown}", flush=True)
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        errors="replace", env={**os.environ, "DOCKER_BUILDKIT": "1"})
+                with self.lock:
+                    self.procs.add(proc)
+                try:
+                    for line in proc.stdout:
+                        line = redact(line.rstrip("\n"))
+                        log.write(line + "\n")
+                        r.last_line = line[-120:]
+                        if self.plain:
+                            print(f"[{t.id}] {line}", flush=True)
+                    rc = proc.wait()
+                finally:
+                    with self.lock:
+                        self.procs.discard(proc)
+            r.seconds = time.monotonic() - start
+            if rc != 0 or not iid.exists():
+                r.state = "failed"
+                why = "interrupted" if self.stop.is_set() else f"exit {rc}"
+                r.error = f"build failed ({why}); log: {r.log}; last line: {r.last_line}"
+                if not self.opts.keep_going:
+                    self.kill_all()
+                return r
+            image_id = iid.read_text().strip()
+        self._tag(t, image_id, r, recipe)
+        return r
+
+    def _tag(self, t: Target, image_id: str, r: Result, recipe: str) -> None:
+        img = engine.client().images.get(image_id)
+        for ref in t.tags:
+            repo, tag = ref.rsplit(":", 1)
+            img.tag(repo, tag)
+        r.ok, r.state, r.image_id, r.size = True, "built", image_id, int(img.attrs.get("Size", 0))
+        records.update(t.id, image_id=image_id, tags=list(t.tags), size=r.size, seconds=round(r.seconds, 1),
+                       driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
+                       revision=git_revision(), built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+
+def _table(results: dict[str, Result]) -> Table:
+    table = Table(title="gpuforge build")
+    for col in ("target", "result", "duration", "size", "image id", ""):
+        table.add_column(col)
+    for r in results.values():
+        size = f"{r.size / 1e9:.2f} GB" if r.size else ""
+        dur = f"{r.seconds:.0f} s" if r.seconds else ""
+        note = r.error if r.state in ("failed", "skipped") else (r.last_line if r.state == "building" else "")
+        table.add_row(r.target.id, r.state, dur, size, r.image_id[7:19], note[:100])
+    return table
+
+
+def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
+    if opts.extra_ca and not Path(opts.extra_ca).is_file():
+        msg = f"--extra-ca {opts.extra_ca}: no such file (give a PEM bundle; it reaches the build only as a secret)"
+        raise ConfigError(msg)
+    if opts.context_dir is None:
+        render.check(targets, all_targets=False)
+    driver = engine.choose_driver(opts.client)
+    engine.client()
+    print(driver.describe(), flush=True)
+    if opts.builder and driver.name != "buildx":
+        msg = f"--builder {opts.builder} needs buildx, but {driver.client} has no buildx plugin"
+        raise ConfigError(msg)
+    seen: set[str] = set()
+    for t in targets:
+        if t.base_image not in seen:
+            seen.add(t.base_image)
+            bases.ensure_base(t)
+    plain = opts.progress == "plain" or (opts.progress == "auto" and not sys.stdout.isatty())
+    results = {t.id: Result(target=t) for t in targets}
+    runner = _Runner(driver, opts, results, plain)
+    pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs))
+    try:
+        futures = [pool.submit(runner.build, t) for t in targets]
+        if plain:
+            for f in as_completed(futures):
+                f.result()
+        else:
+            with Live(_table(results), refresh_per_second=2, console=Console()) as live:
+                while not all(f.done() for f in futures):
+                    live.update(_table(results))
+                    time.sleep(0.5)
+                live.update(_table(results))
+                for f in futures:
+                    f.result()
+    except KeyboardInterrupt:
+        runner.kill_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print("gpuforge: build interrupted; no tag was created or moved", file=sys.stderr)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    if plain:
+        Console(width=200).print(_table(results))
+    failed = [r for r in results.values() if not r.ok]
+    for r in failed:
+        print(f"gpuforge: {r.target.id}: {r.error}", file=sys.stderr)
+    if failed:
+        msg = f"{len(failed)} of {len(results)} target(s) did not build: {', '.join(r.target.id for r in failed)}"
+        raise BuildError(msg)
+    return list(results.values())

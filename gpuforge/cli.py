@@ -1,0 +1,185 @@
+"""The gpuforge CLI: plan | generate | build | validate | smoke | push | promote | clean.
+
+Each command is a short pipeline over the package; FatalError is caught once, here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuforge.errors import FatalError
+from gpuforge.matrix import DEFAULT_MATRIX, Matrix, load_matrix
+
+console = Console(stderr=False, highlight=False)
+
+
+def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
+    """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate)."""
+    m = load_matrix(Path(args.matrix))
+    if all_by_default and not args.selectors:
+        return m, list(m.targets)
+    return m, m.select(args.selectors)
+
+
+def cmd_plan(args) -> int:
+    m, targets = _targets(args, all_by_default=True)
+    if args.json:
+        defaults = {t.id for t in m.select(None)}
+        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults} for t in targets]
+        print(json.dumps({"include": rows}, sort_keys=True))
+        return 0
+    table = Table(title=f"{len(targets)} target(s) from {m.path}")
+    for col in ("id", "torch", "cuda", "python", "os", "flavor", "source", "base"):
+        table.add_column(col)
+    for t in targets:
+        table.add_row(t.id, t.variant.torch_local_version, t.cuda, t.python, t.os, t.flavor, t.source, t.base_image)
+    console.print(table)
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from gpuforge import render
+
+    m, targets = _targets(args, all_by_default=True)
+    if args.check:
+        render.check(targets, all_targets=not args.selectors)
+        print(f"generated files are up to date ({len(targets)} target(s))")
+        return 0
+    for t in targets:
+        out = render.write(t)
+        print(f"wrote {out.relative_to(render.ROOT)}")
+    if not args.selectors:  # a full generate also removes targets that left the matrix
+        for extra in render.stale(targets):
+            p = Path(extra)
+            if p.is_dir() and p.parent == render.DIST:
+                import shutil
+
+                shutil.rmtree(p)
+                print(f"removed {p.relative_to(render.ROOT)}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from gpuforge import build
+
+    m, targets = _targets(args)
+    opts = build.BuildOptions(
+        jobs=args.jobs, keep_going=args.keep_going, extra_ca=args.extra_ca or os.environ.get("GPUFORGE_EXTRA_CA") or m.spec.extra_ca,
+        builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker,
+        index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
+    )
+    results = build.build_targets(targets, opts)
+    return 0 if all(r.ok for r in results) else build.BuildError.return_code
+
+
+def cmd_validate(args) -> int:
+    from gpuforge import validate
+
+    m, targets = _targets(args)
+    return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
+                                     gpu=args.gpu)
+
+
+def cmd_smoke(args) -> int:
+    from gpuforge import validate
+
+    return validate.smoke(args.host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
+                          matrix=Path(args.matrix), selectors=args.selectors, pytest_args=args.pytest_args)
+
+
+def cmd_push(args) -> int:
+    from gpuforge import promote
+
+    m, targets = _targets(args)
+    promote.push_targets(targets, registry=args.registry)
+    return 0
+
+
+def cmd_promote(args) -> int:
+    from gpuforge import promote
+
+    m, targets = _targets(args)
+    promote.promote_targets(targets, env=args.to, reports=Path(args.reports), registry=args.registry,
+                            require_gpu=args.require_gpu)
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from gpuforge import run
+
+    n = run.clean()
+    print(f"removed {n} gpuforge container(s)")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpuforge", description=__doc__)
+    ap.add_argument("--matrix", default=os.environ.get("GPUFORGE_MATRIX", str(DEFAULT_MATRIX)),
+                    help="path to matrix.yaml (env GPUFORGE_MATRIX)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def add(name: str, fn, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if selectors:
+            p.add_argument("selectors", nargs="*", help="key=value (glob values) and target-id globs; none: the default")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("plan", cmd_plan, "print the expanded targets")
+    p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
+    p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
+    p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
+    p = add("build", cmd_build, "build images with BuildKit (buildx when present)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="targets built in parallel")
+    p.add_argument("--keep-going", action="store_true", help="build the other targets after one fails")
+    p.add_argument("--extra-ca", help="PEM bundle trusted by pip in the build, passed as a BuildKit secret (env GPUFORGE_EXTRA_CA)")
+    p.add_argument("--builder", default=os.environ.get("GPUFORGE_BUILDER"), help="buildx builder (remote BuildKit)")
+    p.add_argument("--cache-from", action="append", default=[], help="buildx --cache-from (repeatable)")
+    p.add_argument("--cache-to", default=os.environ.get("GPUFORGE_CACHE_TO"), help="buildx --cache-to")
+    p.add_argument("--docker", default=os.environ.get("GPUFORGE_DOCKER"), help="docker client to use")
+    p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
+    p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
+    p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
+    p = add("validate", cmd_validate, "run the validators against built targets")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with --gpus all)")
+    p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
+    p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST", selectors=False)
+    p.add_argument("host", help="docker://CONTAINER, local:// or ssh://USER@HOST")
+    p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
+    p.add_argument("--expect", action="append", default=[], help="KEY=VALUE expected version (overrides the target)")
+    p.add_argument("--target-json", help="expected versions as JSON (e.g. /opt/gpuforge/target.json)")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--pytest-args", default="")
+    p = add("push", cmd_push, "push built targets and record their digests")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p = add("promote", cmd_promote, "promote validated digests to dev or prod")
+    p.add_argument("--to", required=True, choices=("dev", "prod"))
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--require-gpu", action="store_true", help="also require a GPU-validated report (default for prod)")
+    add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except FatalError as e:
+        print(f"gpuforge: error: {e}", file=sys.stderr)
+        return e.return_code
+    except KeyboardInterrupt:
+        print("gpuforge: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The Docker engine and clients: connect, and choose how to run BuildKit builds.
+
+buildx (`docker buildx build --load`) when a client has the plugin; otherwise classic BuildKit
+(`DOCKER_BUILDKIT=1 docker build`) through a client old enough to still have it (< 23, e.g.
+Debian's docker.io 20.10). Newer clients without buildx refuse classic BuildKit builds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from packaging.version import InvalidVersion, Version
+
+from gpuforge.errors import EngineError
+
+LABEL_OWNER = "io.gpuforge.owner"  # on every container gpuforge starts, so `clean` can find leftovers
+
+
+def echo_cmd(argv: list[str]) -> None:
+    """Print a command before it runs, so any log line can be pasted and re-run."""
+    print("+ " + shlex.join(argv), flush=True)
+
+
+@functools.cache
+def client() -> docker.DockerClient:
+    try:
+        c = docker.from_env(timeout=600)
+        c.ping()
+    except docker.errors.DockerException as e:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        msg = (f"cannot reach the Docker engine at {host} ({type(e).__name__}); start it "
+               "(`sudo bash scripts/start-engine.sh` on a bare Debian box) or set DOCKER_HOST")
+        raise EngineError(msg) from None
+    return c
+
+
+@dataclass(frozen=True, kw_only=True)
+class Driver:
+    name: str  # buildx | classic
+    client: str  # path of the docker client binary
+    client_version: str
+
+    def describe(self) -> str:
+        how = "docker buildx build --load" if self.name == "buildx" else "DOCKER_BUILDKIT=1 docker build"
+        return f"build driver: {self.name} ({how}) via {self.client} {self.client_version}"
+
+
+def _clients() -> list[str]:
+    seen: list[str] = []
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/local/bin"]:
+        p = Path(d) / "docker"
+        if p.is_file() and os.access(p, os.X_OK):
+            real = str(p.resolve())
+            if real not in {str(Path(s).resolve()) for s in seen}:
+                seen.append(str(p))
+    return seen
+
+
+def _version(exe: str) -> str | None:
+    try:
+        out = subprocess.run([exe, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _has_buildx(exe: str) -> bool:
+    try:
+        return subprocess.run([exe, "buildx", "version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def choose_driver(preferred_client: str | None = None) -> Driver:
+    """buildx on the first client that has it, else classic BuildKit on the first client < 23."""
+    if preferred_client:
+        exe = shutil.which(preferred_client) or preferred_client
+        if not Path(exe).exists():
+            msg = f"docker client {preferred_client!r} not found (--docker / GPUFORGE_DOCKER)"
+            raise EngineError(msg)
+        candidates = [exe]
+    else:
+        candidates = _clients()
+    if not candidates:
+        msg = "no docker client on PATH; install one (Debian: apt-get install docker.io)"
+        raise EngineError(msg)
+    versions = {c: _version(c) for c in candidates}
+    for c in candidates:
+        if versions[c] and _has_buildx(c):
+            return Driver(name="buildx", client=c, client_version=versions[c])
+    for c in candidates:
+        try:
+            if versions[c] and Version(versions[c].split("+")[0].split("-")[0]) < Version("23"):
+                return Driver(name="classic", client=c, client_version=versions[c])
+        except InvalidVersion:
+            continue
+    found = ", ".join(f"{c} {versions[c] or '(broken)'}" for c in candidates)
+    msg = (f"no docker client can run BuildKit builds (found: {found}): install the buildx plugin "
+           "(docker-buildx-plugin) or a docker.io 20.10 client")
+    raise EngineError(msg)
