@@ -168,7 +168,7 @@ class _Runner:
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, int(img.attrs.get("Size", 0))
         records.update(t.id, image_id=image_id, tags=list(t.tags), size=r.size, seconds=round(r.seconds, 1),
                        driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                       revision=git_revision(), built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+                       extra_ca=self.opts.extra_ca, revision=git_revision(), built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
 
 def _table(results: dict[str, Result]) -> Table:

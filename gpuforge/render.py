@@ -12,6 +12,7 @@ import jinja2
 import yaml
 
 from gpuforge.errors import ConfigError
+from gpuforge.labels import expected_labels
 from gpuforge.matrix import Target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +22,6 @@ UNITS = ROOT / "validators" / "units"
 DIST = ROOT / "images" / "dist"
 # The slice of gpuforge that images carry, so the entrypoint's preflight uses the same compat code.
 IMAGE_MODULES = ("__init__.py", "compat.py", "hostinfo.py", "preflight.py", "data/compat.yaml")
-LABEL_NS = "io.gpuforge"
 
 
 @functools.cache
@@ -38,13 +38,7 @@ def labels(t: Target) -> list[tuple[str, str]]:
         "org.opencontainers.image.vendor": "gpuforge",
         "org.opencontainers.image.base.name": t.base_image,
     }
-    for k, val in t.expected().items():
-        if k == "id":
-            continue
-        if k in ("arch_list", "ptx", "size_budget_gb", "uid"):
-            val = ",".join(val) if isinstance(val, list) else str(val)
-        out[f"{LABEL_NS}.{k.replace('_', '-')}"] = str(val)
-    out[f"{LABEL_NS}.target"] = t.id
+    out.update(expected_labels(t.expected()))
     return sorted(out.items())
 
 

@@ -1,0 +1,115 @@
+"""Run the validators (pytest + testinfra, under validators/) against built targets or a host.
+
+Each run gets a run id; every container it starts carries it, and whatever is left when pytest ends
+(normally, by failure or by Ctrl-C) is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import docker.errors
+
+from gpuforge import engine, records, report, run
+from gpuforge.errors import EngineError, ValidationFailed
+from gpuforge.matrix import Matrix, Target, load_matrix
+
+VALIDATORS = Path(__file__).resolve().parent.parent / "validators"
+
+
+def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
+    return reports / target_id / ("report-gpu.json" if gpu else "report.json")
+
+
+def _pytest(args: list[str], run_id: str, paths: list[Path] | None = None) -> int:
+    argv = [sys.executable, "-m", "pytest", *map(str, paths or [VALIDATORS]), "-p", "no:cacheprovider", "-q", "-rs",
+            "--rootdir", str(VALIDATORS), *args]
+    engine.echo_cmd(argv)
+    env = {**os.environ, "GPUFORGE_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        removed = run.clean(run_id)
+        if removed:
+            print(f"gpuforge: removed {removed} container(s) left by validator run {run_id}", file=sys.stderr)
+
+
+def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False) -> int:
+    c = engine.client()
+    failed: list[str] = []
+    for t in targets:
+        rec = records.require(t.id)
+        try:
+            c.images.get(rec["image_id"])
+        except docker.errors.ImageNotFound:
+            msg = f"{t.id}: image {rec['image_id'][:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
+            raise EngineError(msg) from None
+        out = reports / t.id
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "target.json").write_text(json.dumps(t.expected(), indent=2, sort_keys=True) + "\n")
+        rpath = report_path(reports, t.id, gpu)
+        args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(out / "target.json"),
+                "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
+                "-o", f"junit_suite_name={t.id}"]
+        if gpu:
+            args.append("--gpuforge-gpu")
+        if rec.get("extra_ca"):
+            args += ["--gpuforge-ca", rec["extra_ca"]]
+        print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
+        rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
+        if not rpath.exists():
+            failed.append(t.id)
+            print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
+            continue
+        md = report.finish(rpath)
+        print(md)
+        records.update(t.id, **{("gpu_report" if gpu else "report"): str(rpath)})
+        if rc != 0:
+            failed.append(t.id)
+    if failed:
+        msg = f"validation failed for {', '.join(failed)} (reports under {reports})"
+        raise ValidationFailed(msg)
+    return 0
+
+
+def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
+          selectors: list[str], pytest_args: str = "") -> int:
+    """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host)."""
+    args: list[str] = []
+    if target_json:
+        args += ["--gpuforge-target", target_json]
+        tid = json.loads(Path(target_json).read_text()).get("id", "host")
+    else:
+        m: Matrix = load_matrix(matrix)
+        t = m.select(selectors)[0]
+        reports.mkdir(parents=True, exist_ok=True)
+        tj = reports / f"{t.id}.target.json"
+        tj.write_text(json.dumps(t.expected(), indent=2, sort_keys=True))
+        args += ["--gpuforge-target", str(tj)]
+        tid = t.id
+    for e in expect:
+        args += ["--gpuforge-expect", e]
+    rpath = reports / "smoke" / f"{tid}.json"
+    args += ["--gpuforge-host", host, "--gpuforge-gpu", "--gpuforge-report", str(rpath),
+             "--junitxml", str(rpath.with_suffix(".xml"))]
+    rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
+                 paths=[VALIDATORS / "test_driver.py", VALIDATORS / "test_gpu_smoke.py"])
+    if rpath.exists():
+        print(report.finish(rpath))
+    if rc != 0:
+        msg = f"GPU smoke failed on {host} (report: {rpath})"
+        raise ValidationFailed(msg)
+    return 0

@@ -1,0 +1,241 @@
+"""Fixtures for the gpuforge validators.
+
+The same modules run against
+  - an image (`--gpuforge-image IMAGE`): containers are started per mode through gpuforge.run,
+  - `--gpuforge-host local://` (a GPU runner, or inside an image), or `ssh://user@host`.
+Expected versions come from the target (`--gpuforge-target target.json`) plus `--gpuforge-expect k=v`
+overrides, never from constants here. Each check's outcome, timing and facts go to a JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:  # gpuforge (compat, hostinfo, run) on the validating side
+    sys.path.insert(0, str(REPO))
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("gpuforge")
+    g.addoption("--gpuforge-image", help="image to validate (starts containers from it)")
+    g.addoption("--gpuforge-host", help="validate an existing host: local://, ssh://user@host, docker://NAME")
+    g.addoption("--gpuforge-target", help="expected versions as JSON (a target.json)")
+    g.addoption("--gpuforge-expect", action="append", default=[], help="KEY=VALUE expected value (overrides)")
+    g.addoption("--gpuforge-report", help="write the JSON report here")
+    g.addoption("--gpuforge-gpu", action="store_true", help="run the GPU checks (containers get --gpus all)")
+    g.addoption("--gpuforge-ca", help="the build's CA bundle: its certificates must appear nowhere in the image")
+    g.addoption("--gpuforge-timeout", type=int, default=180, help="seconds any one command may run")
+    g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
+
+
+# --- expected values -------------------------------------------------------------------------------
+
+def _coerce(v: str):
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig) -> dict:
+    """What the image (or host) must contain; from the matrix target, never retyped in a test."""
+    t: dict = {}
+    path = pytestconfig.getoption("gpuforge_target")
+    if path:
+        t.update(json.loads(Path(path).read_text()))
+    for kv in pytestconfig.getoption("gpuforge_expect"):
+        k, _, v = kv.partition("=")
+        t[k] = v.split(",") if k in ("arch_list", "ptx") else _coerce(v) if k in ("uid", "size_budget_gb") else v
+    if not t:
+        pytest.exit("no expected values: pass --gpuforge-target or --gpuforge-expect", returncode=4)
+    return t
+
+
+def expect(target: dict, key: str):
+    if key not in target:
+        pytest.fail(f"the target gives no expected {key!r}; pass --gpuforge-expect {key}=VALUE")
+    return target[key]
+
+
+# --- hosts -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def image(pytestconfig) -> str:
+    img = pytestconfig.getoption("gpuforge_image")
+    if not img:
+        pytest.skip("needs an image (--gpuforge-image): this run validates an existing host")
+    return img
+
+
+@pytest.fixture(scope="session")
+def gpu(pytestconfig) -> bool:
+    return bool(pytestconfig.getoption("gpuforge_gpu"))
+
+
+@pytest.fixture(scope="session")
+def shared_container(pytestconfig, gpu):
+    """One long-lived container for the read-only checks (started through the image's entrypoint)."""
+    img = pytestconfig.getoption("gpuforge_image")
+    if not img:
+        yield None
+        return
+    from gpuforge import run
+
+    with run.container(img, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def host(pytestconfig, shared_container):
+    """The testinfra host every checklist module talks to."""
+    import testinfra
+
+    spec = pytestconfig.getoption("gpuforge_host")
+    if shared_container is not None:
+        return testinfra.get_host(f"docker://{shared_container.id}")
+    return testinfra.get_host(spec or "local://")
+
+
+@pytest.fixture(scope="session")
+def root_host(pytestconfig, shared_container):
+    import testinfra
+
+    if shared_container is not None:
+        return testinfra.get_host(f"docker://root@{shared_container.id}")
+    return testinfra.get_host(pytestconfig.getoption("gpuforge_host") or "local://")
+
+
+@pytest.fixture(scope="session")
+def is_image(pytestconfig) -> bool:
+    return bool(pytestconfig.getoption("gpuforge_image"))
+
+
+@pytest.fixture(scope="session")
+def timeout(pytestconfig) -> int:
+    return pytestconfig.getoption("gpuforge_timeout")
+
+
+@pytest.fixture(scope="session")
+def gpuforge_home(host) -> str:
+    """Where the host keeps gpuforge's in-image helpers: /opt/gpuforge in images, the repo elsewhere."""
+    return "/opt/gpuforge" if host.file("/opt/gpuforge/units").is_directory else str(REPO)
+
+
+@pytest.fixture(scope="session")
+def units(gpuforge_home) -> str:
+    return f"{gpuforge_home}/units" if gpuforge_home == "/opt/gpuforge" else str(HERE / "units")
+
+
+# --- the JSON report -------------------------------------------------------------------------------
+
+_facts: dict = {}
+_checks: list[dict] = []
+_started = time.time()
+
+
+@pytest.fixture(scope="session")
+def facts() -> dict:
+    """Measured values (versions, verdicts, smoke figures) that go into the report."""
+    return _facts
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
+        msg = ""
+        if rep.outcome == "failed":
+            msg = str(rep.longrepr.reprcrash.message if hasattr(rep.longrepr, "reprcrash") and rep.longrepr.reprcrash else rep.longrepr)[-2000:]
+        elif rep.outcome == "skipped":
+            msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        _checks.append({"id": item.nodeid, "module": item.module.__name__, "name": item.name,
+                        "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("gpuforge_report")
+    if not path:
+        return
+    cfg = session.config
+    report = {
+        "target": _facts.get("target_id"),
+        "image": cfg.getoption("gpuforge_image"),
+        "host": cfg.getoption("gpuforge_host") or ("docker" if cfg.getoption("gpuforge_image") else "local://"),
+        "gpu": bool(cfg.getoption("gpuforge_gpu")),
+        "exit_status": int(exitstatus),
+        "started": _started,
+        "seconds": round(time.time() - _started, 2),
+        "facts": _facts,
+        "checks": _checks,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _record_target(target, facts, pytestconfig):
+    facts["target_id"] = target.get("id")
+    facts["expected"] = target
+    img = pytestconfig.getoption("gpuforge_image")
+    if img:
+        from gpuforge import engine
+
+        facts["image_id"] = engine.client().images.get(img).id
+    yield
+
+
+def pytest_configure(config):
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+
+# --- entrypoint modes ------------------------------------------------------------------------------
+
+class SshServer:
+    """A container started in `ssh` mode with a key given at run time."""
+
+    def __init__(self, running, key, user):
+        import testinfra
+
+        self.running, self.key, self.user = running, key, user
+        self.port = running.port(22)
+        self.root = testinfra.get_host(f"docker://root@{running.id}")
+
+
+def _ssh_server(image: str, target: dict):
+    import contextlib
+
+    import paramiko
+
+    from gpuforge import run
+
+    @contextlib.contextmanager
+    def start():
+        key = paramiko.RSAKey.generate(2048)
+        pub = f"{key.get_name()} {key.get_base64()} gpuforge-validator"
+        with run.container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}) as c:
+            c.wait_for_log(r"Server listening on", timeout=60)
+            yield SshServer(c, key, target.get("user", "gpuforge"))
+
+    return start()
+
+
+@pytest.fixture(scope="session")
+def ssh_server(image, target):
+    with _ssh_server(image, target) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def second_ssh_server(image, target):
+    with _ssh_server(image, target) as s:
+        yield s

@@ -1,0 +1,59 @@
+"""metadata: what the image says about itself (labels, user, PID 1, NVIDIA variables, ports, size)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import expect
+
+from gpuforge.labels import expected_labels
+
+
+@pytest.fixture(scope="module")
+def config(image):
+    from gpuforge import engine
+
+    return engine.client().images.get(image).attrs
+
+
+def test_labels_match_the_matrix(config, target):
+    labels = config["Config"].get("Labels") or {}
+    wrong = {k: (labels.get(k), v) for k, v in expected_labels(target).items() if labels.get(k) != v}
+    assert not wrong, "labels differ from the matrix (label: (image, matrix)): " + repr(wrong)
+
+
+def test_oci_labels_present(config):
+    labels = config["Config"].get("Labels") or {}
+    for k in ("org.opencontainers.image.title", "org.opencontainers.image.version",
+              "org.opencontainers.image.revision", "io.gpuforge.recipe"):
+        assert labels.get(k), f"label {k} is missing"
+
+
+def test_default_user_is_not_root(config):
+    user = (config["Config"].get("User") or "").split(":")[0]
+    assert user not in ("", "0", "root"), f"default user is root ({user!r}); the image must end with USER <uid>"
+
+
+def test_tini_is_pid_1(host, image):
+    comm = host.file("/proc/1/comm").content_string.strip()
+    assert comm == "tini", f"PID 1 is {comm!r}, not tini"
+
+
+def test_nvidia_variables(config, target):
+    env = dict(e.split("=", 1) for e in config["Config"].get("Env") or [])
+    assert env.get("NVIDIA_VISIBLE_DEVICES") == "all", f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')!r}"
+    caps = set((env.get("NVIDIA_DRIVER_CAPABILITIES") or "").split(","))
+    assert {"compute", "utility"} <= caps or "all" in caps, f"NVIDIA_DRIVER_CAPABILITIES={caps}"
+    req = env.get("NVIDIA_REQUIRE_CUDA", "")
+    assert f"cuda>={expect(target, 'cuda')}" in req, f"NVIDIA_REQUIRE_CUDA={req!r} lacks cuda>={target['cuda']}"
+
+
+def test_ports_exposed(config):
+    ports = set((config["Config"].get("ExposedPorts") or {}))
+    assert {"22/tcp", "8888/tcp"} <= ports, f"exposed: {sorted(ports)}"
+
+
+def test_size_within_budget(config, target, facts):
+    size_gb = config["Size"] / 1e9
+    facts["size_gb"] = round(size_gb, 2)
+    budget = float(expect(target, "size_budget_gb"))
+    assert size_gb <= budget, f"image is {size_gb:.2f} GB, over the target's budget of {budget} GB"

@@ -1,0 +1,73 @@
+"""ssh entrypoint: key login as the non-root user works and runs torch; root, password and wrong keys are refused."""
+
+from __future__ import annotations
+
+import socket
+
+import paramiko
+import pytest
+from conftest import expect
+
+
+def _client() -> paramiko.SSHClient:
+    c = paramiko.SSHClient()
+    c.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # fresh per-container host key
+    return c
+
+
+def _exec(c: paramiko.SSHClient, cmd: str, timeout: int) -> tuple[int, str, str]:
+    _, out, err = c.exec_command(cmd, timeout=timeout)
+    rc = out.channel.recv_exit_status()
+    return rc, out.read().decode(), err.read().decode()
+
+
+def test_key_login_runs_torch_as_non_root(ssh_server, target, timeout, facts):
+    c = _client()
+    c.connect("127.0.0.1", ssh_server.port, username=ssh_server.user, pkey=ssh_server.key,
+              look_for_keys=False, allow_agent=False, timeout=30)
+    try:
+        rc, out, err = _exec(c, 'python3 -c "import os, torch; print(os.getuid(), torch.__version__)"', timeout)
+    finally:
+        c.close()
+    assert rc == 0, f"python over ssh failed: {err[-1500:]}"
+    uid, version = out.split()
+    facts["ssh_login_uid"] = int(uid)
+    assert int(uid) != 0, "the ssh session runs as root"
+    assert version == expect(target, "torch")
+
+
+def test_root_login_refused(ssh_server):
+    c = _client()
+    with pytest.raises(paramiko.AuthenticationException):
+        c.connect("127.0.0.1", ssh_server.port, username="root", pkey=ssh_server.key,
+                  look_for_keys=False, allow_agent=False, timeout=30)
+    c.close()
+
+
+def test_password_login_refused(ssh_server):
+    sock = socket.create_connection(("127.0.0.1", ssh_server.port), timeout=30)
+    t = paramiko.Transport(sock)
+    try:
+        t.start_client(timeout=30)
+        with pytest.raises(paramiko.BadAuthenticationType) as e:
+            t.auth_password(ssh_server.user, "gpuforge")
+        assert e.value.allowed_types == ["publickey"], f"sshd offers {e.value.allowed_types}"
+    finally:
+        t.close()
+
+
+def test_wrong_key_refused(ssh_server):
+    c = _client()
+    with pytest.raises(paramiko.AuthenticationException):
+        c.connect("127.0.0.1", ssh_server.port, username=ssh_server.user, pkey=paramiko.RSAKey.generate(2048),
+                  look_for_keys=False, allow_agent=False, timeout=30)
+    c.close()
+
+
+def test_no_key_given_is_a_clear_error(image):
+    from gpuforge import run
+
+    with run.container(image, ["ssh"], user="root") as c:
+        c.container.wait(timeout=60)
+        logs = c.logs()
+    assert "ssh mode needs a public key" in logs, f"logs: {logs[-800:]}"
