@@ -45,7 +45,8 @@ def _ensure_pulled(ref: str, log) -> str:
     try:
         img = c.images.pull(ref)
     except docker.errors.APIError as e:
-        msg = f"cannot pull base image {ref}: {e.explanation or e} (is the registry reachable? mirror it and set the matrix's bases/cuda_base_image)"
+        msg = (f"cannot pull base image {ref}: {e.explanation or e} "
+               "(is the registry reachable? mirror it and point the matrix's bases/cuda_base_image there)")
         raise EngineError(msg) from None
     return img.id
 

@@ -55,7 +55,7 @@ class Driver:
 
 def _clients() -> list[str]:
     seen: list[str] = []
-    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/local/bin"]:
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]:
         p = Path(d) / "docker"
         if p.is_file() and os.access(p, os.X_OK):
             real = str(p.resolve())

@@ -186,7 +186,7 @@ def _check_entry_keys(entry: dict, doc: Positioned, loc: tuple, *, allow_setting
             msg = (f"{doc.where((*loc, k))}: {'.'.join(map(str, (*loc, k)))}: expected a string, got {v!r}: "
                    f"quote version numbers, e.g. \"{v}\"")
             raise ConfigError(msg)
-        if k == "flavor" and v not in FLAVORS or k == "source" and v not in SOURCES:
+        if (k == "flavor" and v not in FLAVORS) or (k == "source" and v not in SOURCES):
             choices = FLAVORS if k == "flavor" else SOURCES
             msg = f"{doc.where((*loc, k))}: {'.'.join(map(str, (*loc, k)))}: {v!r} is not allowed (allowed: {', '.join(choices)})"
             raise ConfigError(msg)

@@ -93,7 +93,7 @@ def stale(targets: list[Target], dist: Path = DIST, *, all_targets: bool = True)
             f = have_dir / name
             if not f.is_file() or f.read_bytes() != data:
                 bad.append(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f))
-        bad.extend(str((have_dir / n)) for n in sorted(have - set(want)))
+        bad.extend(str(have_dir / n) for n in sorted(have - set(want)))
     if all_targets and dist.exists():
         ids = {t.id for t in targets}
         bad.extend(str(p) for p in sorted(dist.iterdir()) if p.is_dir() and p.name not in ids)

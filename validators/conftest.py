@@ -155,7 +155,8 @@ def pytest_runtest_makereport(item, call):
     if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
         msg = ""
         if rep.outcome == "failed":
-            msg = str(rep.longrepr.reprcrash.message if hasattr(rep.longrepr, "reprcrash") and rep.longrepr.reprcrash else rep.longrepr)[-2000:]
+            crash = getattr(rep.longrepr, "reprcrash", None)
+            msg = str(crash.message if crash else rep.longrepr)[-2000:]
         elif rep.outcome == "skipped":
             msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         _checks.append({"id": item.nodeid, "module": item.module.__name__, "name": item.name,

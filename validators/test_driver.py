@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import expect
-from vutil import py
 
+from conftest import expect
 from gpuforge import compat
+from vutil import py
 
 PROBE = """
 import dataclasses, json, sys

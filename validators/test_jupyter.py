@@ -9,6 +9,7 @@ import uuid
 import pytest
 import requests
 import websocket
+
 from conftest import expect
 
 TOKEN = uuid.uuid4().hex

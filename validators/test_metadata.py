@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import expect
 
+from conftest import expect
 from gpuforge.labels import expected_labels
 
 
@@ -48,7 +48,7 @@ def test_nvidia_variables(config, target):
 
 
 def test_ports_exposed(config):
-    ports = set((config["Config"].get("ExposedPorts") or {}))
+    ports = set(config["Config"].get("ExposedPorts") or {})
     assert {"22/tcp", "8888/tcp"} <= ports, f"exposed: {sorted(ports)}"
 
 

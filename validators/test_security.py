@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from vutil import sh
 
 SSHD_WANT = {
@@ -17,7 +18,8 @@ SSHD_WANT = {
 PRIVATE_KEY = r"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----"
 # Well-known token shapes (GitHub, GitLab, AWS, Slack, PyPI, Hugging Face), as whole words: base64 blobs
 # (e.g. fonts embedded in PIL) contain AKIA... runs that are not keys.
-TOKENS = r"\b(ghp_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}|glpat-[A-Za-z0-9_-]{20}|AKIA[0-9A-Z]{16}|xox[bp]-[0-9A-Za-z-]{20,}|pypi-AgEI[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{34})\b"
+TOKENS = (r"\b(ghp_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}|glpat-[A-Za-z0-9_-]{20}|AKIA[0-9A-Z]{16}"
+          r"|xox[bp]-[0-9A-Za-z-]{20,}|pypi-AgEI[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{34})\b")
 # Test fixtures that Python packages ship (e.g. tornado/test/test.key) are not secrets.
 KEY_ALLOW = re.compile(r"/site-packages/[^/]+/(.+/)?tests?/")
 SCAN = "grep -rlIE --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev %s / 2>/dev/null | head -50"

@@ -6,6 +6,7 @@ import socket
 
 import paramiko
 import pytest
+
 from conftest import expect
 
 

@@ -1,0 +1,103 @@
+"""Thin sessions over the gpuforge package; session.posargs pass through (e.g. selectors)."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
+PY = "3.11"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+@nox.session(python=PY)
+def generate(session: nox.Session) -> None:
+    """Render images/dist/ from matrix.yaml (`-- --check` to only check for drift)."""
+    _install(session)
+    session.run("gpuforge", "generate", *session.posargs)
+
+
+@nox.session(python=PY)
+def lint(session: nox.Session) -> None:
+    """hadolint the generated Dockerfiles, ruff the Python, shellcheck the scripts, check the workflows."""
+    _install(session, "lint")
+    session.run("python", "-m", "gpuforge.lint", *session.posargs)
+
+
+@nox.session(python=PY, name="plan")
+def plan(session: nox.Session) -> None:
+    """Print the expanded targets (`-- --json` for a GitHub Actions matrix)."""
+    _install(session)
+    session.run("gpuforge", "plan", *session.posargs)
+
+
+@nox.session(python=PY)
+def matrix(session: nox.Session) -> None:
+    """Alias of plan, for workflows: `nox -s matrix -- --json`."""
+    _install(session)
+    session.run("gpuforge", "plan", *session.posargs)
+
+
+@nox.session(python=PY)
+def build(session: nox.Session) -> None:
+    """Build the selected targets (default: the matrix default) into images."""
+    _install(session)
+    session.run("gpuforge", "build", *session.posargs, external=False)
+
+
+@nox.session(python=PY)
+def validate(session: nox.Session) -> None:
+    """Run the validators against the built targets; reports under reports/."""
+    _install(session, "validate")
+    session.run("gpuforge", "validate", *session.posargs)
+
+
+@nox.session(python=PY)
+def smoke(session: nox.Session) -> None:
+    """GPU driver + smoke validators against HOST: `nox -s smoke -- local:// --expect torch=...`."""
+    _install(session, "validate")
+    session.run("gpuforge", "smoke", *(session.posargs or ["local://"]))
+
+
+@nox.session(python=PY)
+def push(session: nox.Session) -> None:
+    """Push built targets to the registry and record their digests."""
+    _install(session)
+    session.run("gpuforge", "push", *session.posargs)
+
+
+@nox.session(python=PY)
+def promote(session: nox.Session) -> None:
+    """Promote validated digests: `nox -s promote -- --to dev`."""
+    _install(session)
+    session.run("gpuforge", "promote", *session.posargs)
+
+
+@nox.session(python=PY)
+def tests(session: nox.Session) -> None:
+    """The toolkit's own tests: unit + integration against a real engine and registry."""
+    _install(session, "validate", "lint")
+    session.run("pytest", *(session.posargs or ["tests", "-ra"]))
+
+
+@nox.session(python=PY, default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """Build benchmark: gpuforge vs plain docker build, and the warm entrypoint-only rebuild."""
+    _install(session)
+    session.run("python", "scripts/bench_build.py", *session.posargs)
+
+
+@nox.session(python=False, default=False, tags=["maintenance"])
+def engine(session: nox.Session) -> None:
+    """Install and start a local Docker engine + registry tools on a bare Debian box (root)."""
+    session.run("bash", "scripts/start-engine.sh", external=True)
+
+
+@nox.session(python=PY, default=False, tags=["maintenance"])
+def clean(session: nox.Session) -> None:
+    """Remove containers left by a crashed run."""
+    _install(session)
+    session.run("gpuforge", "clean")
