@@ -33,6 +33,8 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-gpu", action="store_true", help="run the GPU checks (containers get --gpus all)")
     g.addoption("--gpuforge-ca", help="the build's CA bundle: its certificates must appear nowhere in the image")
     g.addoption("--gpuforge-timeout", type=int, default=180, help="seconds any one command may run")
+    g.addoption("--gpuforge-min-busbw", type=float, default=1.0,
+                help="minimum NCCL all-reduce bus bandwidth in GB/s for this runner class (multi-GPU)")
     g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
 
 

@@ -36,6 +36,7 @@ def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--target", type=Path, default=Path("/opt/gpuforge/target.json"))
+    ap.add_argument("--verbose", action="store_true", help="also print the verdict when all is well")
     args = ap.parse_args(argv)
     expected = json.loads(args.target.read_text())
     state, msgs = check(expected, hostinfo.detect())
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print("gpuforge: set GPUFORGE_SKIP_DRIVER_CHECK=1 to start anyway", file=sys.stderr)
         return EXIT_INCOMPATIBLE
+    if args.verbose or os.environ.get("GPUFORGE_PREFLIGHT_VERBOSE") == "1":
+        for m in msgs:
+            print(f"gpuforge: {m}", file=sys.stderr)
     return 0
 
 
