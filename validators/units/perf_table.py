@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_smoke import count_kernels  # noqa: E402  (sibling unit, also baked into images)
+from gpu_smoke import count_kernels
 
 
 def _ms(fn, iters: int) -> float:
