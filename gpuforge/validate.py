@@ -26,7 +26,7 @@ def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
     return reports / target_id / ("report-gpu.json" if gpu else "report.json")
 
 
-def _pytest(args: list[str], run_id: str, paths: list[Path] | None = None) -> int:
+def _pytest(args: list[str], run_id: str, paths: list[Path] | None = None, *, containers: bool = True) -> int:
     argv = [sys.executable, "-m", "pytest", *map(str, paths or [VALIDATORS]), "-p", "no:cacheprovider", "-q", "-rs",
             "--rootdir", str(VALIDATORS), *args]
     engine.echo_cmd(argv)
@@ -42,7 +42,7 @@ def _pytest(args: list[str], run_id: str, paths: list[Path] | None = None) -> in
             proc.kill()
         raise
     finally:
-        removed = run.clean(run_id)
+        removed = run.clean(run_id) if containers else 0  # local:// and ssh:// runs start no containers
         if removed:
             print(f"gpuforge: removed {removed} container(s) left by validator run {run_id}", file=sys.stderr)
 
@@ -106,7 +106,7 @@ def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | Non
     args += ["--gpuforge-host", host, "--gpuforge-gpu", "--gpuforge-report", str(rpath),
              "--junitxml", str(rpath.with_suffix(".xml"))]
     rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
-                 paths=[VALIDATORS / "test_driver.py", VALIDATORS / "test_gpu_smoke.py"])
+                 paths=[VALIDATORS / "test_driver.py", VALIDATORS / "test_gpu_smoke.py"], containers=host.startswith("docker://"))
     if rpath.exists():
         print(report.finish(rpath))
     if rc != 0:
