@@ -54,15 +54,10 @@ def cmd_generate(args) -> int:
         return 0
     for t in targets:
         out = render.write(t)
-        print(f"wrote {out.relative_to(render.ROOT)}")
+        print(f"wrote {out}")
     if not args.selectors:  # a full generate also removes targets that left the matrix
-        for extra in render.stale(targets):
-            p = Path(extra)
-            if p.is_dir() and p.parent == render.DIST:
-                import shutil
-
-                shutil.rmtree(p)
-                print(f"removed {p.relative_to(render.ROOT)}")
+        for p in render.prune(targets):
+            print(f"removed {p}")
     return 0
 
 

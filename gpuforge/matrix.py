@@ -153,9 +153,10 @@ def _expand(spec: MatrixFile, doc: Positioned) -> list[tuple[dict, tuple]]:
         _check_entry_keys(inc, doc, loc, allow_settings=True)
         inc = {k: _s(v) if k in AXES else v for k, v in inc.items()}
         merged = False
-        for orig, added, _ in combos:
-            # GitHub Actions: merge into every combination whose *original* values it does not overwrite
-            if all(orig[k] == v for k, v in inc.items() if k in orig):
+        for orig, added, origin in combos:
+            # GitHub Actions: merge into every *original* combination whose original values it does not
+            # overwrite; combinations that earlier includes added are never merged into.
+            if origin == ("matrix",) and all(orig[k] == v for k, v in inc.items() if k in orig):
                 added.update({k: v for k, v in inc.items() if k not in orig})
                 merged = True
         if not merged:

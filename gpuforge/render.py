@@ -69,8 +69,8 @@ def render_target(t: Target) -> dict[str, bytes]:
 EXECUTABLE = {"entrypoint.sh"}
 
 
-def write(t: Target, dist: Path = DIST) -> Path:
-    out = dist / t.id
+def write(t: Target, dist: Path | None = None) -> Path:
+    out = (dist or DIST) / t.id
     if out.exists():
         shutil.rmtree(out)
     for name, data in render_target(t).items():
@@ -82,8 +82,9 @@ def write(t: Target, dist: Path = DIST) -> Path:
     return out
 
 
-def stale(targets: list[Target], dist: Path = DIST, *, all_targets: bool = True) -> list[str]:
+def stale(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True) -> list[str]:
     """Paths that differ from what `generate` would write (missing, changed or extra)."""
+    dist = dist or DIST
     bad: list[str] = []
     for t in targets:
         want = render_target(t)
@@ -100,7 +101,17 @@ def stale(targets: list[Target], dist: Path = DIST, *, all_targets: bool = True)
     return bad
 
 
-def check(targets: list[Target], dist: Path = DIST, *, all_targets: bool = True) -> None:
+def prune(targets: list[Target], dist: Path | None = None) -> list[Path]:
+    """Remove dist folders of targets that left the matrix."""
+    dist = dist or DIST
+    ids = {t.id for t in targets}
+    gone = [p for p in sorted(dist.iterdir()) if p.is_dir() and p.name not in ids] if dist.exists() else []
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
+
+
+def check(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True) -> None:
     bad = stale(targets, dist, all_targets=all_targets)
     if bad:
         shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else "")

@@ -204,15 +204,7 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool = False, compat_p
     common = {"driver": driver, "cuda": minor, "full_min": full, "minor_min": mvc}
     if d >= Version(full):
         return Verdict(kind="full", message=f"driver {driver} fully supports CUDA {minor} (needs >= {full})", **common)
-    if mvc and d >= Version(mvc):
-        limits = tuple(data()["minor_version_limits"])
-        return Verdict(
-            kind="minor-version",
-            message=(f"driver {driver} runs CUDA {minor} through minor-version compatibility only "
-                     f"(full support needs >= {full}): {'; '.join(limits)}"),
-            limits=limits,
-            **common,
-        )
+    # A cuda-compat package on a datacenter GPU gives the full feature set, so it wins over minor-version.
     fwd = data()["forward_compat"]
     branch = str(d.major)
     if datacenter and compat_package and branch in fwd["branches"].get(minor, []):
@@ -220,6 +212,15 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool = False, compat_p
         return Verdict(
             kind="forward",
             message=f"driver {driver} runs CUDA {minor} through forward compatibility ({pkg}, datacenter GPU)",
+            **common,
+        )
+    if mvc and d >= Version(mvc):
+        limits = tuple(data()["minor_version_limits"])
+        return Verdict(
+            kind="minor-version",
+            message=(f"driver {driver} runs CUDA {minor} through minor-version compatibility only "
+                     f"(full support needs >= {full}): {'; '.join(limits)}"),
+            limits=limits,
             **common,
         )
     need = mvc or full
