@@ -4,8 +4,8 @@ and never a traceback (run through the real CLI entry point)."""
 from __future__ import annotations
 
 import pytest
-from conftest import BASE_MATRIX
 
+from conftest import BASE_MATRIX
 from gpuforge.cli import main
 
 M = BASE_MATRIX

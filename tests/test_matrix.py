@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import BASE_MATRIX
 
+from conftest import BASE_MATRIX
 from gpuforge.cli import main
 from gpuforge.errors import ConfigError
 from gpuforge.matrix import load_matrix, target_id
