@@ -75,6 +75,10 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
             continue
         md = report.finish(rpath)
+        sbom = report.load(rpath).get("facts", {}).get("sbom")
+        if sbom:  # the image's package manifest, bound to the image id like the report
+            (out / "sbom.json").write_text(json.dumps({"target": t.id, "image_id": rec["image_id"], **sbom},
+                                                      indent=2, sort_keys=True) + "\n")
         print(md)
         records.update(t.id, **{("gpu_report" if gpu else "report"): str(rpath)})
         if rc != 0:

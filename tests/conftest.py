@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -60,5 +61,58 @@ def docker_engine():
 
 def gpuforge(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: int = 3600) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess."""
-    return subprocess.run(["python", "-m", "gpuforge", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "gpuforge", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def pytest_configure(config):
+    # Builds, records and reports of this test run live in one temporary state dir, shared with the
+    # CLI subprocesses the tests start.
+    if "GPUFORGE_STATE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["GPUFORGE_STATE_DIR"] = tempfile.mkdtemp(prefix="gpuforge-test-state-")
+    os.environ.setdefault("GPUFORGE_LOG_DIR", os.path.join(os.environ["GPUFORGE_STATE_DIR"], "logs"))
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory):
+    """An extra CA bundle for the build: the host's trust store (the TLS proxy's CA lives there) plus a
+    freshly made CA whose bytes must then appear nowhere in the image."""
+    d = tmp_path_factory.mktemp("ca")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gpuforge test CA",
+                    "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt")], check=True, capture_output=True)
+    cert = (d / "ca.crt").read_text()
+    host = Path("/etc/ssl/certs/ca-certificates.crt")
+    bundle = d / "bundle.pem"
+    bundle.write_text((host.read_text() if host.exists() else "") + cert)
+    needle = cert.splitlines()[1]  # a line of the certificate's base64 body
+    return {"bundle": bundle, "needle": needle.encode()}
+
+
+@pytest.fixture(scope="session")
+def default_build(docker_engine, test_ca):
+    """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast)."""
+    from gpuforge import records
+    from gpuforge.matrix import load_matrix
+
+    t = load_matrix().select(None)[0]
+    r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
+    assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+    assert "build driver:" in r.stdout
+    return t, records.require(t.id)
+
+
+@pytest.fixture(scope="session")
+def validated(default_build, tmp_path_factory):
+    """The full non-GPU validator suite run once against the default image: a green report."""
+    import time
+
+    reports = tmp_path_factory.mktemp("reports")
+    summary = reports / "step-summary.md"
+    t0 = time.monotonic()
+    r = gpuforge("validate", "--reports", str(reports), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    seconds = time.monotonic() - t0
+    print(f"\nfull non-GPU validator suite: {seconds:.1f} s")
+    assert r.returncode == 0, f"validation failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
+    return {"reports": reports, "summary": summary, "seconds": seconds, "target": default_build[0], "record": default_build[1]}
