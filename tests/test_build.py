@@ -7,8 +7,8 @@ import json
 import shutil
 
 import pytest
-from conftest import ROOT, gpuforge
 
+from conftest import ROOT, gpuforge
 from gpuforge import build, engine, records, render
 from gpuforge.errors import BuildError
 

@@ -22,7 +22,7 @@ TOKENS = (r"\b(ghp_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}|glpat-[A-Za-z0-9
           r"|xox[bp]-[0-9A-Za-z-]{20,}|pypi-AgEI[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{34})\b")
 # Test fixtures that Python packages ship (e.g. tornado/test/test.key) are not secrets.
 KEY_ALLOW = re.compile(r"/site-packages/[^/]+/(.+/)?tests?/")
-SCAN = "grep -rlIE --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev %s / 2>/dev/null | head -50"
+SCAN = "grep -rlIE --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e %s / 2>/dev/null | head -50"
 
 
 def test_sshd_effective_settings(ssh_server, timeout):

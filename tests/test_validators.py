@@ -1,0 +1,167 @@
+"""The validators against real containers: the full suite is green on the default image, each
+validator fails (naming the problem) on a deliberately broken image, and no container survives."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, gpuforge
+from gpuforge import report, run
+from gpuforge.errors import EngineError
+
+pytestmark = pytest.mark.docker
+sys.path.insert(0, str(ROOT / "validators"))
+
+
+def test_full_suite_is_green_with_reports(validated):
+    t = validated["target"]
+    d = validated["reports"] / t.id
+    rep = report.load(d / "report.json")
+    assert rep["green"] and report.is_green(rep)
+    assert rep["facts"]["image_id"] == validated["record"]["image_id"]
+    assert rep["facts"]["versions"]["torch"] == t.expected()["torch"]
+    names = {c["module"] for c in rep["checks"]}
+    assert {"test_metadata", "test_versions", "test_security", "test_ssh", "test_jupyter", "test_inductor_cpu",
+            "test_driver", "test_inventory"} <= names
+    skipped = [c for c in rep["checks"] if c["outcome"] == "skipped"]
+    # without a GPU only the driver and GPU checks may skip, and they say why
+    assert all(c["module"] in ("test_driver", "test_gpu_smoke") for c in skipped), skipped
+    assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
+    assert (d / "report.xml").read_text().count("<testcase") == len(rep["checks"])
+    assert "GREEN" in (d / "report.md").read_text()
+    assert "GREEN" in validated["summary"].read_text()
+    sbom = json.loads((d / "sbom.json").read_text())
+    assert sbom["image_id"] == rep["facts"]["image_id"] and sbom["python"]["torch"].startswith("2.7.1")
+
+
+# (name, Dockerfile lines on top of the default image, validator selection, words the failure must name)
+BROKEN = [
+    ("root-user", ["USER root"], "test_metadata.py::test_default_user_is_not_root", "default user is root"),
+    ("wrong-torch-label", ["LABEL io.gpuforge.torch=2.7.0+cu126"], "test_metadata.py::test_labels_match_the_matrix",
+     "io.gpuforge.torch"),
+    ("permit-root-login", ["USER root", "RUN sed -i 's/^PermitRootLogin no/PermitRootLogin yes/' /etc/ssh/sshd_config.d/gpuforge.conf",
+                           "USER 1000"], "test_security.py::test_sshd_effective_settings", "permitrootlogin"),
+    ("password-auth", ["USER root", "RUN sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/gpuforge.conf",
+                       "USER 1000"], "test_ssh.py::test_password_login_refused", "sshd offers"),
+    ("host-key-baked", ["USER root", "RUN ssh-keygen -A", "USER 1000"], "test_security.py::test_no_ssh_host_keys_in_image",
+     "SSH host keys baked"),
+    ("no-compiler", ["USER root", "RUN rm -f /usr/bin/gcc* /usr/bin/g++* /usr/bin/x86_64-linux-gnu-gcc* /usr/bin/x86_64-linux-gnu-g++* /usr/bin/cc /usr/bin/c++",
+                     "USER 1000"], "test_inductor_cpu.py::test_compile_succeeds", "compiler"),
+    ("world-writable-path", ["USER root", "RUN mkdir -p /opt/drop && chmod 0777 /opt/drop", "ENV PATH=/opt/drop:$PATH", "USER 1000"],
+     "test_security.py::test_path_has_no_world_writable_dir", "/opt/drop"),
+    ("setuid", ["USER root", "RUN chmod u+s /usr/bin/find", "USER 1000"], "test_security.py::test_no_unexpected_setuid_files",
+     "/usr/bin/find"),
+    ("private-key", ["USER root", "RUN ssh-keygen -q -t ed25519 -N '' -f /etc/leaked_key", "USER 1000"],
+     "test_security.py::test_no_private_keys_or_tokens", "/etc/leaked_key"),
+]
+
+
+@pytest.mark.parametrize(("lines", "select", "words"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+def test_each_validator_fails_on_a_broken_image(default_build, docker_engine, tmp_path, lines, select, words):
+    t, rec = default_build
+    dockerfile = "\n".join([f"FROM {rec['image_id']}", *lines]) + "\n"
+    img, _ = docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
+                                        labels={"io.gpuforge.test": "broken"})
+    try:
+        target = tmp_path / "target.json"
+        target.write_text(json.dumps(t.expected()))
+        out = tmp_path / "report.json"
+        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", "-p", "no:cacheprovider", "-q",
+                            "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target", str(target),
+                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        rep = json.loads(out.read_text())
+        failed = [c for c in rep["checks"] if c["outcome"] == "failed"]
+        assert r.returncode != 0 and failed, f"the validator passed a broken image:\n{r.stdout[-2000:]}"
+        assert not report.is_green(rep)
+        assert any(words.lower() in c["message"].lower() for c in failed), [c["message"] for c in failed]
+    finally:
+        docker_engine.images.remove(img.id, force=True)
+
+
+def test_wrong_expected_torch_fails_versions(default_build, tmp_path):
+    t, rec = default_build
+    r = gpuforge("validate", "--reports", str(tmp_path), "--pytest-args", "-k test_torch --gpuforge-expect torch=2.7.0+cu126")
+    assert r.returncode == 5, r.stdout[-2000:]
+    rep = report.load(tmp_path / t.id / "report.json")
+    assert [c["name"] for c in rep["checks"] if c["outcome"] == "failed"] == ["test_torch"]
+
+
+def test_interrupted_validate_leaves_no_container(default_build, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not run.leftovers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert run.leftovers(), "validate started no container within 120 s"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert run.leftovers() == [], "containers left after Ctrl-C"
+
+
+def test_clean_removes_what_a_crashed_run_left(default_build, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not run.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # a crash: nobody gets to clean up
+    proc.wait(timeout=60)
+    assert run.leftovers(), "expected leftovers after a crash"
+    r = gpuforge("clean")
+    assert r.returncode == 0 and "removed" in r.stdout
+    assert run.leftovers() == []
+
+
+def test_hung_command_fails_with_a_clear_message(default_build):
+    import testinfra
+
+    from vutil import sh
+
+    _, rec = default_build
+    with run.container(rec["image_id"], ["sleep", "infinity"]) as c:
+        host = testinfra.get_host(f"docker://{c.id}")
+        t0 = time.monotonic()
+        with pytest.raises(pytest.fail.Exception, match="timed out after 2s: sleep 60"):
+            sh(host, "sleep 60", timeout=2)
+        assert time.monotonic() - t0 < 20
+
+
+def test_port_already_taken_is_a_clear_error(default_build):
+    _, rec = default_build
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(EngineError, match=f"port already taken \\(127.0.0.1:{port}\\)"):
+            with run.container(rec["image_id"], ["sleep", "infinity"], ports={22: port}):
+                pass
+    assert run.leftovers() == []
+
+
+def test_validate_errors_are_clear(default_build):
+    r = gpuforge("validate", "cuda=12.8", "flavor=runtime")
+    assert r.returncode == 1 and "has not been built" in r.stderr and "gpuforge build" in r.stderr
+    r = gpuforge("validate", "nope-*")
+    assert r.returncode == 2 and "matches no target id" in r.stderr
+    r = gpuforge("validate", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert r.returncode == 3 and "cannot reach the Docker engine" in r.stderr
+
+
+def test_entrypoint_preflight_warns_once_without_gpu(default_build, docker_engine):
+    _, rec = default_build
+    out = docker_engine.containers.run(rec["image_id"], ["true"], remove=True, stdout=True, stderr=True).decode()
+    assert out.count("gpuforge: warning: no NVIDIA driver visible") == 1, out
