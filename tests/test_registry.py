@@ -174,7 +174,7 @@ def test_prod_before_dev_is_refused(validated, auth_registry, creds):
 
 def test_registry_down_is_a_clear_error(validated, pushed, creds):
     t = _target(validated, f"127.0.0.1:{_free_port()}", "gpuforge/pytorch")
-    with pytest.raises(RegistryError, match="cannot reach registry 127.0.0.1"):
+    with pytest.raises(RegistryError, match=r"cannot reach registry 127\.0\.0\.1"):
         promote.promote_targets([t], env="dev", reports=validated["reports"])
 
 
@@ -215,5 +215,5 @@ def test_unreachable_base_is_a_clear_error(default_build):
     missing = dataclasses.replace(t, base_image=f"127.0.0.1:{_free_port()}/nothing/here:1", bootstrap=None)
     from gpuforge.errors import EngineError
 
-    with pytest.raises(EngineError, match="cannot pull base image 127.0.0.1"):
+    with pytest.raises(EngineError, match=r"cannot pull base image 127\.0\.0\.1"):
         bases.ensure_base(missing, log=lambda _: None)
