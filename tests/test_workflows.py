@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from conftest import ROOT
-
 from gpuforge import workflows
 
 
