@@ -7,6 +7,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from gpuforge import compat, selectors
 from gpuforge.errors import ConfigError, SelectorError
@@ -196,7 +197,7 @@ def _check_entry_keys(entry: dict, doc: Positioned, loc: tuple, *, allow_setting
 def _settings_for(spec: MatrixFile, doc: Positioned, row: dict, tid: str) -> Settings:
     """Resolve once: defaults -> overrides whose `select` matches -> the include entry's own keys."""
     values = spec.defaults.model_dump()
-    probe = _Probe(id=tid, **{k: row[k] for k in AXES})
+    probe = SimpleNamespace(id=tid, **{k: row[k] for k in AXES})  # what selectors read, before the Target exists
     for i, ov in enumerate(spec.overrides):
         try:
             hit = selectors.matches(probe, ov.select.split())
@@ -207,17 +208,6 @@ def _settings_for(spec: MatrixFile, doc: Positioned, row: dict, tid: str) -> Set
             values.update(ov.model_dump(exclude_unset=True, exclude={"select"}))
     values.update({k: v for k, v in row.items() if k in SETTING_KEYS})
     return Settings.model_validate(values, strict=False)
-
-
-@dataclass(frozen=True)
-class _Probe:
-    id: str
-    torch: str
-    cuda: str
-    python: str
-    os: str
-    flavor: str
-    source: str
 
 
 def _base_for(spec: MatrixFile, doc: Positioned, row: dict, origin: tuple) -> tuple[str, dict | None]:
