@@ -50,7 +50,7 @@ def main() -> int:
     bench_t = dataclasses.replace(t, tags=("gpuforge-bench/gpuforge:latest",))
     driver = engine.choose_driver()
     logs = Path(tempfile.mkdtemp(prefix="gpuforge-bench-"))
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (quiet the build output; figures go to stderr)
+    sys.stdout = open(os.devnull, "w")  # quiet the builds; the figures are printed after stdout is restored
     gpuforge_build(bench_t, None, ca, logs)  # the cache state both sides start from
     ours, plain = [], []
     for _ in range(args.rounds):
