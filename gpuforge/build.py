@@ -128,7 +128,7 @@ class _Runner:
         with tempfile.TemporaryDirectory(prefix="gpuforge-build-") as tmp:
             iid = Path(tmp) / "iid"
             argv = build_argv(self.driver, t, ctx, iid, self.opts, recipe)
-            with r.log.open("w") as log:
+            with r.log.open("w", buffering=1) as log:  # line-buffered: the log can be tailed live
                 shown = redact("+ " + " ".join(argv))
                 log.write(shown + "\n")
                 if self.plain:

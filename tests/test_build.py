@@ -146,3 +146,43 @@ def records_default_id() -> str:
     from gpuforge.matrix import load_matrix
 
     return load_matrix().select(None)[0].id
+
+
+def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path, test_ca):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from docker.errors import ImageNotFound
+
+    t, _ = default_build
+    try:
+        docker_engine.images.remove("gpuforge-test/interrupted:latest")
+    except ImageNotFound:
+        pass
+    ctx = _copy_context(t, tmp_path)
+    df = ctx / t.id / "Dockerfile"
+    import uuid
+
+    # a step that is never cached (unique per run) and slow enough to be interrupted
+    df.write_text(df.read_text().replace("\nEXPOSE 22 8888", f"\nRUN echo {uuid.uuid4().hex} && sleep 120\nEXPOSE 22 8888"))
+    code = (
+        "import dataclasses, sys; from pathlib import Path; from gpuforge import build; from gpuforge.matrix import load_matrix\n"
+        "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
+        f"build.build_targets([t], build.BuildOptions(context_dir=Path({str(ctx)!r}), progress='plain', "
+        f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r})))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / f"{t.id}.log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (log.exists() and "sleep 120" in log.read_text()):
+        time.sleep(0.5)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "no tag was created or moved" in out
+    with pytest.raises(ImageNotFound):
+        docker_engine.images.get("gpuforge-test/interrupted:latest")

@@ -165,3 +165,30 @@ def test_entrypoint_preflight_warns_once_without_gpu(default_build, docker_engin
     _, rec = default_build
     out = docker_engine.containers.run(rec["image_id"], ["true"], remove=True, stdout=True, stderr=True).decode()
     assert out.count("gpuforge: warning: no NVIDIA driver visible") == 1, out
+
+
+def test_validators_run_over_ssh(default_build, tmp_path):
+    """The same checklist modules against ssh:// (testinfra's OpenSSH backend), into the image's ssh mode."""
+    import paramiko
+
+    t, rec = default_build
+    key = paramiko.RSAKey.generate(2048)
+    key.write_private_key_file(str(tmp_path / "id_rsa"))
+    pub = f"{key.get_name()} {key.get_base64()}"
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps(t.expected()))
+    out = tmp_path / "report.json"
+    with run.container(rec["image_id"], ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}) as c:
+        c.wait_for_log("Server listening on", timeout=60)
+        # each container has a fresh host key: trust it for this run only (testinfra reads an ssh_config)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+        spec = f"ssh://{t.settings.user}@127.0.0.1:{c.port(22)}?ssh_identity_file={tmp_path / 'id_rsa'}&ssh_config={cfg}"
+        r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", "-p", "no:cacheprovider", "-q",
+                            "--rootdir", "validators", "--gpuforge-host", spec, "--gpuforge-target", str(target),
+                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    rep = json.loads(out.read_text())
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert rep["host"].startswith("ssh://") and rep["facts"]["versions"]["torch"] == t.expected()["torch"]
+    passed = {c["name"] for c in rep["checks"] if c["outcome"] == "passed"}
+    assert {"test_torch", "test_cuda", "test_cudnn", "test_nccl", "test_triton", "test_python"} <= passed
