@@ -11,7 +11,8 @@ done
 if [ "${#need[@]}" -gt 0 ]; then
     echo "start-engine: installing ${need[*]}"
     apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+    # the same install as ENVIRONMENT.md measured (recommends included)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 fi
 
 if /usr/bin/docker info >/dev/null 2>&1; then
