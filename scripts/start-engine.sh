@@ -5,7 +5,8 @@
 set -euo pipefail
 
 need=()
-for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils; do
+for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
+           openssl:openssl ssh:openssh-client; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
