@@ -20,6 +20,13 @@ def generate(session: nox.Session) -> None:
     session.run("gpuforge", "generate", *session.posargs)
 
 
+@nox.session(python=PY, default=False, tags=["maintenance"])
+def schema(session: nox.Session) -> None:
+    """Regenerate matrix.schema.json from the pydantic models."""
+    _install(session)
+    session.run("gpuforge", "schema", *session.posargs)
+
+
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
     """hadolint the generated Dockerfiles, ruff the Python, shellcheck the scripts, check the workflows."""

@@ -61,6 +61,21 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_schema(args) -> int:
+    from gpuforge.schema import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    out = Path(args.output)
+    if args.check:
+        if not out.exists() or out.read_text() != text:
+            print(f"gpuforge: error: {out} is stale; run `gpuforge schema`", file=sys.stderr)
+            return 2
+        return 0
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_build(args) -> int:
     from gpuforge import build
 
@@ -131,6 +146,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
     p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
+    p = add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
+    p.add_argument("--output", default="matrix.schema.json")
+    p.add_argument("--check", action="store_true", help="fail when the committed schema is stale")
     p = add("build", cmd_build, "build images with BuildKit (buildx when present)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="targets built in parallel")
     p.add_argument("--keep-going", action="store_true", help="build the other targets after one fails")

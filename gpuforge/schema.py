@@ -125,6 +125,11 @@ def _allowed_at(loc: tuple) -> tuple[str, ...]:
     return ()
 
 
+def json_schema() -> dict:
+    """matrix.yaml's JSON schema, generated from the models (editors validate against it)."""
+    return MatrixFile.model_json_schema()
+
+
 def parse(doc: Positioned) -> MatrixFile:
     if not isinstance(doc.data, dict):
         msg = f"{doc.path}:1: the matrix file must be a mapping with at least `matrix:` and `default:`"

@@ -129,3 +129,27 @@ def test_preflight_blackwell_gpu_on_cu126_image():
 def test_preflight_h200_ok():
     host = HostGpus(driver="580.159.04", source="nvml", gpus=(Gpu(index=0, name="NVIDIA H200", capability="9.0", memory_mib=143771),))
     assert check(_expected(), host)[0] == "ok"
+
+
+def test_forward_compat_on_a_datacenter_gpu_with_cuda_compat():
+    from gpuforge.preflight import verdict_for
+
+    gpus = (Gpu(index=0, name="NVIDIA H100 80GB HBM3", capability="9.0", memory_mib=81559),)
+    host = HostGpus(driver="535.104.05", source="nvml", gpus=gpus, compat_package=True)
+    assert verdict_for(_expected("12.8"), host).kind == "forward"
+    consumer = HostGpus(driver="535.104.05", source="nvml", compat_package=True,
+                        gpus=(Gpu(index=0, name="NVIDIA GeForce RTX 4090", capability="8.9", memory_mib=24564),))
+    assert verdict_for(_expected("12.8"), consumer).kind == "minor-version"  # GeForce: no forward compat
+    assert compat.datacenter_gpu("Tesla T4") and compat.datacenter_gpu("X", brand="Tesla")
+    assert not compat.datacenter_gpu("NVIDIA GeForce RTX 5090")
+
+
+def test_compat_package_detection(tmp_path, monkeypatch):
+    from gpuforge import hostinfo
+
+    d = tmp_path / "cuda-12.8" / "compat"
+    d.mkdir(parents=True)
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/usr/lib:{d}")
+    assert not hostinfo.compat_package_loaded()
+    (d / "libcuda.so.1").write_bytes(b"\x7fELF")
+    assert hostinfo.compat_package_loaded()

@@ -123,3 +123,15 @@ def test_include_never_merges_into_an_added_combination(write_matrix):
     ids = {t.id for t in load_matrix(write_matrix(text)).targets}
     assert {"pt271-cu126-py310-ubuntu2204-runtime-cudabase", "pt271-cu126-py311-debian12-runtime-wheels"} <= ids
     assert len(ids) == 6
+
+
+def test_committed_json_schema_is_current_and_accepts_the_matrix():
+    import yaml
+
+    from conftest import ROOT
+    from gpuforge.schema import json_schema
+
+    committed = json.loads((ROOT / "matrix.schema.json").read_text())
+    assert committed == json_schema(), "matrix.schema.json is stale: run `nox -s schema`"
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    assert set(data) <= set(committed["properties"]) and set(committed["required"]) <= set(data)

@@ -232,6 +232,15 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool = False, compat_p
     )
 
 
+def datacenter_gpu(name: str, brand: str = "") -> bool:
+    """Whether forward compatibility (cuda-compat) is allowed on this GPU: datacenter parts only."""
+    fwd = data()["forward_compat"]
+    if brand in fwd["eligible_brands"]:
+        return True
+    words = re.split(r"[\s-]+", name.upper())
+    return any(m.upper() in words for m in fwd["datacenter_models"])
+
+
 # --- GPU architectures ---------------------------------------------------------------------------
 
 def sm(capability: str) -> str:

@@ -5,6 +5,7 @@ Runs on the GPU host and inside images (the entrypoint's preflight); stdlib + op
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ class Gpu:
     name: str
     capability: str  # "9.0"
     memory_mib: int
+    brand: str = ""  # NVML brand (e.g. Tesla), when NVML is there
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +30,16 @@ class HostGpus:
     source: str  # nvml | nvidia-smi | proc | none
     gpus: tuple[Gpu, ...] = ()
     detail: str = ""
+    compat_package: bool = False  # a cuda-compat libcuda is on LD_LIBRARY_PATH (forward compatibility)
+
+
+def compat_package_loaded() -> bool:
+    """cuda-compat installs libcuda under /usr/local/cuda-X.Y/compat and works only when that folder
+    is on LD_LIBRARY_PATH (the package does not configure the loader)."""
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d.rstrip("/").endswith("/compat") and (Path(d) / "libcuda.so.1").exists():
+            return True
+    return False
 
 
 def _nvml() -> HostGpus | None:
@@ -49,8 +61,12 @@ def _nvml() -> HostGpus | None:
             name = name.decode() if isinstance(name, bytes) else name
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-            gpus.append(Gpu(index=i, name=name, capability=f"{major}.{minor}", memory_mib=int(mem)))
-        return HostGpus(driver=driver, source="nvml", gpus=tuple(gpus))
+            try:
+                brand = "Tesla" if pynvml.nvmlDeviceGetBrand(h) == pynvml.NVML_BRAND_TESLA else ""
+            except pynvml.NVMLError:
+                brand = ""
+            gpus.append(Gpu(index=i, name=name, capability=f"{major}.{minor}", memory_mib=int(mem), brand=brand))
+        return HostGpus(driver=driver, source="nvml", gpus=tuple(gpus), compat_package=compat_package_loaded())
     finally:
         pynvml.nvmlShutdown()
 
@@ -70,7 +86,7 @@ def _smi() -> HostGpus | None:
         idx, name, cap, mem, drv = (x.strip() for x in line.split(","))
         driver = drv
         gpus.append(Gpu(index=int(idx), name=name, capability=cap, memory_mib=int(float(mem))))
-    return HostGpus(driver=driver, source="nvidia-smi", gpus=tuple(gpus)) if driver else None
+    return HostGpus(driver=driver, source="nvidia-smi", gpus=tuple(gpus), compat_package=compat_package_loaded()) if driver else None
 
 
 def _proc() -> HostGpus | None:
@@ -79,7 +95,7 @@ def _proc() -> HostGpus | None:
     except OSError:
         return None
     m = re.search(r"Kernel Module(?: for x86_64)?\s+(\d+\.\d+(?:\.\d+)?)", text)
-    return HostGpus(driver=m.group(1), source="proc") if m else None
+    return HostGpus(driver=m.group(1), source="proc", compat_package=compat_package_loaded()) if m else None
 
 
 def detect() -> HostGpus:

@@ -17,11 +17,21 @@ from gpuforge import compat, hostinfo
 EXIT_INCOMPATIBLE = 70
 
 
+def verdict_for(expected: dict, host: hostinfo.HostGpus) -> compat.Verdict:
+    """The driver verdict for this host: forward compatibility counts only on datacenter GPUs with a
+    cuda-compat libcuda loaded."""
+    datacenter = bool(host.gpus) and all(compat.datacenter_gpu(g.name, g.brand) for g in host.gpus)
+    return compat.driver_verdict(host.driver, expected["cuda"], datacenter=datacenter, compat_package=host.compat_package)
+
+
 def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
-    """('no-gpu' | 'ok' | 'incompatible', messages)."""
+    """('no-gpu' | 'ok' | 'incompatible', messages); the first message is the driver verdict.
+
+    The entrypoint and the driver validator both decide through this one function.
+    """
     if host.driver is None:
         return "no-gpu", [f"no NVIDIA driver visible ({host.detail}); CUDA will be unavailable (start with --gpus all)"]
-    verdict = compat.driver_verdict(host.driver, expected["cuda"])
+    verdict = verdict_for(expected, host)
     msgs = [verdict.message]
     bad = not verdict.ok
     for g in host.gpus:
