@@ -75,7 +75,8 @@ def git_revision() -> str:
     return (rev or "unknown") + ("-dirty" if dirty else "")
 
 
-def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts: BuildOptions, recipe: str) -> list[str]:
+def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts: BuildOptions, recipe: str,
+               revision: str) -> list[str]:
     if driver.name == "buildx":
         argv = [driver.client, "buildx", "build", "--load"]
         if opts.builder:
@@ -87,7 +88,7 @@ def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts:
     else:
         argv = [driver.client, "build"]
     argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(ctx / "Dockerfile"),
-             "--label", f"org.opencontainers.image.revision={git_revision()}",
+             "--label", f"org.opencontainers.image.revision={revision}",
              "--label", f"io.gpuforge.recipe={recipe}"]
     if opts.extra_ca:
         argv += ["--secret", f"id=ca,src={opts.extra_ca}"]
@@ -103,6 +104,7 @@ class _Runner:
 
     def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool):
         self.driver, self.opts, self.results, self.plain = driver, opts, results, plain
+        self.revision = git_revision()  # one value for every target of this run
         self.stop = threading.Event()
         self.procs: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
@@ -127,7 +129,7 @@ class _Runner:
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="gpuforge-build-") as tmp:
             iid = Path(tmp) / "iid"
-            argv = build_argv(self.driver, t, ctx, iid, self.opts, recipe)
+            argv = build_argv(self.driver, t, ctx, iid, self.opts, recipe, self.revision)
             with r.log.open("w", buffering=1) as log:  # line-buffered: the log can be tailed live
                 shown = redact("+ " + " ".join(argv))
                 log.write(shown + "\n")
@@ -168,7 +170,7 @@ class _Runner:
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, int(img.attrs.get("Size", 0))
         records.update(t.id, image_id=image_id, tags=list(t.tags), size=r.size, seconds=round(r.seconds, 1),
                        driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                       extra_ca=self.opts.extra_ca, revision=git_revision(), built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+                       extra_ca=self.opts.extra_ca, revision=self.revision, built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
 
 def _table(results: dict[str, Result]) -> Table:

@@ -85,8 +85,8 @@ def cmd_build(args) -> int:
         builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker,
         index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
     )
-    results = build.build_targets(targets, opts)
-    return 0 if all(r.ok for r in results) else build.BuildError.return_code
+    build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
+    return 0
 
 
 def cmd_validate(args) -> int:

@@ -81,6 +81,10 @@ class Target:
             "ptx": list(v.ptx),
         }
 
+    def expected_json(self) -> str:
+        """expected() as the target.json that images carry and validators read."""
+        return json.dumps(self.expected(), indent=2, sort_keys=True) + "\n"
+
     def recipe_hash(self, context_files: dict[str, bytes] | None = None) -> str:
         """Hash of everything that decides the image's bytes (the rendered context, when given)."""
         h = hashlib.sha256(json.dumps(self.expected(), sort_keys=True).encode())

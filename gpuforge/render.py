@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -54,7 +53,7 @@ def render_target(t: Target) -> dict[str, bytes]:
     dockerfile = env.get_template("Dockerfile.j2").render(
         t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools, labels=labels(t))
     files["Dockerfile"] = dockerfile.encode()
-    files["target.json"] = (json.dumps(t.expected(), indent=2, sort_keys=True) + "\n").encode()
+    files["target.json"] = t.expected_json().encode()
     files["constraints.txt"] = "".join(f"{k}=={val}\n" for k, val in sorted(t.variant.nvidia_pins.items())).encode()
     for p in sorted(STATIC.iterdir()):
         files[p.name] = p.read_bytes()

@@ -59,7 +59,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             raise EngineError(msg) from None
         out = reports / t.id
         out.mkdir(parents=True, exist_ok=True)
-        (out / "target.json").write_text(json.dumps(t.expected(), indent=2, sort_keys=True) + "\n")
+        (out / "target.json").write_text(t.expected_json())
         rpath = report_path(reports, t.id, gpu)
         args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(out / "target.json"),
                 "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
@@ -101,7 +101,7 @@ def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | Non
         t = m.select(selectors)[0]
         reports.mkdir(parents=True, exist_ok=True)
         tj = reports / f"{t.id}.target.json"
-        tj.write_text(json.dumps(t.expected(), indent=2, sort_keys=True))
+        tj.write_text(t.expected_json())
         args += ["--gpuforge-target", str(tj)]
         tid = t.id
     for e in expect:
