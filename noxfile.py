@@ -31,7 +31,7 @@ def schema(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """hadolint the generated Dockerfiles, ruff the Python, shellcheck the scripts, check the workflows."""
     _install(session, "lint")
-    session.run("python", "-m", "gpuforge.lint", *session.posargs)
+    session.run("python", "tools/lint.py", *session.posargs)
 
 
 @nox.session(python=PY, name="plan")
@@ -87,20 +87,20 @@ def promote(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: unit + integration against a real engine and registry."""
     _install(session, "validate", "lint")
-    session.run("pytest", *(session.posargs or ["tests", "-ra"]))
+    session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra"]))
 
 
 @nox.session(python=PY, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
     """Build benchmark: gpuforge vs plain docker build, and the warm entrypoint-only rebuild."""
     _install(session)
-    session.run("python", "scripts/bench_build.py", *session.posargs)
+    session.run("python", "tools/bench_build.py", *session.posargs)
 
 
 @nox.session(python=False, default=False, tags=["maintenance"])
 def engine(session: nox.Session) -> None:
     """Install and start a local Docker engine + registry tools on a bare Debian box (root)."""
-    session.run("bash", "scripts/start-engine.sh", external=True)
+    session.run("bash", "tools/start-engine.sh", external=True)
 
 
 @nox.session(python=PY, default=False, tags=["maintenance"])

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gpuforge import bases, engine, records, render
+from gpuforge import bases, engine, paths, records, render
 from gpuforge.errors import BuildError, ConfigError
 from gpuforge.matrix import Target
 
@@ -48,7 +48,7 @@ class BuildOptions:
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
     log_dir: Path = LOG_DIR
-    context_dir: Path | None = None  # build from here instead of images/dist (tests, benchmarks)
+    context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
 
 
 @dataclass(kw_only=True)
@@ -65,17 +65,18 @@ class Result:
 
 
 def git_revision() -> str:
+    root = paths.project_root()
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=render.ROOT, capture_output=True, text=True,
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=render.ROOT, capture_output=True, text=True,
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
                                timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (rev or "unknown") + ("-dirty" if dirty else "")
 
 
-def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts: BuildOptions, recipe: str,
+def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions, recipe: str,
                revision: str) -> list[str]:
     if driver.name == "buildx":
         argv = [driver.client, "buildx", "build", "--load"]
@@ -87,7 +88,7 @@ def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts:
             argv += ["--cache-to", opts.cache_to]
     else:
         argv = [driver.client, "build"]
-    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(ctx / "Dockerfile"),
+    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile"),
              "--label", f"org.opencontainers.image.revision={revision}",
              "--label", f"io.gpuforge.recipe={recipe}"]
     if opts.extra_ca:
@@ -96,7 +97,7 @@ def build_argv(driver: engine.Driver, t: Target, ctx: Path, iidfile: Path, opts:
         argv += ["--build-arg", f"TORCH_INDEX_URL={opts.index_url}"]
     if opts.pypi_url:
         argv += ["--build-arg", f"PYPI_URL={opts.pypi_url}"]
-    return [*argv, str(ctx)]
+    return [*argv, str(root)]  # one context for every target: the project root, whitelisted by .dockerignore
 
 
 class _Runner:
@@ -120,16 +121,15 @@ class _Runner:
         if self.stop.is_set():
             r.state, r.error = "skipped", "not started: an earlier target failed (use --keep-going)"
             return r
-        ctx = (self.opts.context_dir or render.DIST) / t.id
+        root = self.opts.context_root or paths.project_root()
         self.opts.log_dir.mkdir(parents=True, exist_ok=True)
         r.log = self.opts.log_dir / f"{t.id}.log"
-        files = {str(p.relative_to(ctx)): p.read_bytes() for p in sorted(ctx.rglob("*")) if p.is_file()}
-        recipe = t.recipe_hash(files)
+        recipe = render.recipe_hash(t, root)
         r.state = "building"
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="gpuforge-build-") as tmp:
             iid = Path(tmp) / "iid"
-            argv = build_argv(self.driver, t, ctx, iid, self.opts, recipe, self.revision)
+            argv = build_argv(self.driver, t, root, iid, self.opts, recipe, self.revision)
             with r.log.open("w", buffering=1) as log:  # line-buffered: the log can be tailed live
                 shown = redact("+ " + " ".join(argv))
                 log.write(shown + "\n")
@@ -186,10 +186,10 @@ def _table(results: dict[str, Result]) -> Table:
 
 
 def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
-    if opts.extra_ca and not Path(opts.extra_ca).is_file():
-        msg = f"--extra-ca {opts.extra_ca}: no such file (give a PEM bundle; it reaches the build only as a secret)"
+    if opts.extra_ca and not Path(opts.extra_ca).is_file():  # the CLI checks first, naming where the path came from
+        msg = f"extra CA {opts.extra_ca}: no such file (give a PEM bundle; it reaches the build only as a secret)"
         raise ConfigError(msg)
-    if opts.context_dir is None:
+    if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client)
     engine.client()

@@ -55,6 +55,7 @@ def cmd_generate(args) -> int:
     for t in targets:
         out = render.write(t)
         print(f"wrote {out}")
+    print(f"wrote {render.write_dockerignore()}")
     if not args.selectors:  # a full generate also removes targets that left the matrix
         for p in render.prune(targets):
             print(f"removed {p}")
@@ -77,14 +78,20 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from gpuforge import build
+    from gpuforge import build, options
 
     m, targets = _targets(args)
+    extra_ca = options.existing_file(
+        options.resolve("extra_ca", flag="--extra-ca", cli=args.extra_ca, env="GPUFORGE_EXTRA_CA", matrix=m,
+                        key="extra_ca", is_path=True),
+        "give a PEM bundle; it reaches the build only as a secret")
     opts = build.BuildOptions(
-        jobs=args.jobs, keep_going=args.keep_going, extra_ca=args.extra_ca or os.environ.get("GPUFORGE_EXTRA_CA") or m.spec.extra_ca,
+        jobs=args.jobs, keep_going=args.keep_going, extra_ca=extra_ca.value,
         builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker,
         index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
     )
+    if extra_ca:
+        print(f"gpuforge: extra CA bundle {extra_ca.value} (from {extra_ca.source}), passed as a build secret", flush=True)
     build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
     return 0
 

@@ -37,7 +37,7 @@ def client() -> docker.DockerClient:
     except docker.errors.DockerException as e:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         msg = (f"cannot reach the Docker engine at {host} ({type(e).__name__}); start it "
-               "(`sudo bash scripts/start-engine.sh` on a bare Debian box) or set DOCKER_HOST")
+               "(`sudo bash tools/start-engine.sh` on a bare Debian box) or set DOCKER_HOST")
         raise EngineError(msg) from None
     return c
 

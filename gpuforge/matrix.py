@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpuforge import compat, selectors
+from gpuforge import selectors
 from gpuforge.errors import ConfigError, SelectorError
+from gpuforge.image import compat
 from gpuforge.schema import AXES, FLAVORS, SETTING_KEYS, SOURCES, Base, MatrixFile, Settings, parse
 from gpuforge.yamlpos import Positioned, load
 

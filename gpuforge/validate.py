@@ -15,20 +15,19 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import engine, records, report, run
+from gpuforge import engine, paths, records, report, run
 from gpuforge.errors import EngineError, ValidationFailed
 from gpuforge.matrix import Matrix, Target, load_matrix
-
-VALIDATORS = Path(__file__).resolve().parent.parent / "validators"
 
 
 def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
     return reports / target_id / ("report-gpu.json" if gpu else "report.json")
 
 
-def _pytest(args: list[str], run_id: str, paths: list[Path] | None = None, *, containers: bool = True) -> int:
-    argv = [sys.executable, "-m", "pytest", *map(str, paths or [VALIDATORS]), "-p", "no:cacheprovider", "-q", "-rs",
-            "--rootdir", str(VALIDATORS), *args]
+def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True) -> int:
+    vdir = paths.validators()
+    argv = [sys.executable, "-m", "pytest", *[str(vdir / f) for f in files or ["."]], "-p", "no:cacheprovider", "-q", "-rs",
+            "--rootdir", str(vdir), *args]
     engine.echo_cmd(argv)
     env = {**os.environ, "GPUFORGE_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(argv, env=env)
@@ -110,7 +109,7 @@ def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | Non
     args += ["--gpuforge-host", host, "--gpuforge-gpu", "--gpuforge-report", str(rpath),
              "--junitxml", str(rpath.with_suffix(".xml"))]
     rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
-                 paths=[VALIDATORS / "test_driver.py", VALIDATORS / "test_gpu_smoke.py"], containers=host.startswith("docker://"))
+                 files=["test_driver.py", "test_gpu_smoke.py"], containers=host.startswith("docker://"))
     if rpath.exists():
         print(report.finish(rpath))
     if rc != 0:

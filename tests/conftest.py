@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # repo maintenance code (lint, workflow checks) is tested too
 REQUIRE = os.environ.get("GPUFORGE_REQUIRE_DOCKER") == "1"
 
 BASE_MATRIX = """\
@@ -42,7 +43,7 @@ def write_matrix(tmp_path):
 
 
 def need_engine(what: str = "a Docker engine"):
-    msg = f"needs {what}: none answers (start one with `bash scripts/start-engine.sh`)"
+    msg = f"needs {what}: none answers (start one with `bash tools/start-engine.sh`)"
     if REQUIRE:
         pytest.fail(f"GPUFORGE_REQUIRE_DOCKER=1 but {msg}")
     pytest.skip(msg)

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import expect
-from gpuforge import hostinfo, preflight
+from gpuforge.image import hostinfo, preflight
 from vutil import py
 
 PROBE = """
 import dataclasses, json, sys
-sys.path.insert(0, %r)
-from gpuforge import hostinfo
+sys.path.insert(0, sys.argv[1])
+from gpuforge.image import hostinfo
 h = hostinfo.detect()
 print(json.dumps(dataclasses.asdict(h)))
 """
 
 
 @pytest.fixture(scope="module")
-def driver(host, gpuforge_home, facts, gpu, timeout):
-    d = py(host, PROBE % gpuforge_home, timeout=timeout)
+def driver(host, gpuforge_lib, facts, gpu, timeout):
+    d = py(host, PROBE, gpuforge_lib, timeout=timeout)
     facts["driver"] = d
     if d["driver"] is None:
         if gpu:
@@ -33,15 +32,15 @@ def _host(d: dict) -> hostinfo.HostGpus:
 
 
 def test_driver_runs_the_image_cuda(driver, target, facts):
-    expect(target, "cuda")
-    v = preflight.verdict_for(target, _host(driver))  # the same decision the image's entrypoint makes
+    assert target.cuda, "the target gives no CUDA version"
+    v = preflight.verdict_for(target.as_dict(), _host(driver))  # the same decision the image's entrypoint makes
     facts["driver_verdict"] = {"kind": v.kind, "message": v.message, "full_min": v.full_min, "minor_min": v.minor_min}
     assert v.ok, v.message
 
 
 def test_gpus_in_arch_list(driver, target, facts):
     assert driver["gpus"], f"driver {driver['driver']} visible but no GPU listed"
-    expect(target, "arch_list")
-    state, msgs = preflight.check({"ptx": [], **target}, _host(driver))
+    assert target.arch_list, "the target gives no arch list"
+    state, msgs = preflight.check(target.as_dict(), _host(driver))
     facts["gpus"] = driver["gpus"]
     assert state == "ok", "; ".join(msgs)

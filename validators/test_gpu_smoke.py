@@ -10,10 +10,10 @@ from vutil import sh
 
 
 @pytest.fixture(scope="module")
-def smoke(host, units, gpu, facts):
+def smoke(host, programs, gpu, facts):
     if not gpu:
         pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
-    r = sh(host, f"python3 {units}/gpu_smoke.py --multi-gpu", timeout=1500, check=False)
+    r = sh(host, "python3 %s --multi-gpu", f"{programs}/gpu_smoke.py", timeout=1500, check=False)
     try:
         rep = json.loads(r.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

@@ -8,8 +8,8 @@ from vutil import json_of
 
 
 @pytest.fixture(scope="module")
-def report(host, units, timeout, facts):
-    r = json_of(host, f"python3 {units}/inductor_cpu.py", timeout=max(timeout, 300))
+def report(host, programs, timeout, facts):
+    r = json_of(host, "python3 %s", f"{programs}/inductor_cpu.py", timeout=max(timeout, 300))
     facts["inductor_cpu"] = r
     return r
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import expect
 from vutil import sh
 
 
@@ -24,7 +23,7 @@ def test_inventory_lists_the_torch_stack(inventory, target):
     py = inventory["python"]
     for name in ("torch", "torchvision", "triton"):
         assert name in py, f"{name} missing from pip list"
-    assert py["torch"] == expect(target, "torch").split("+")[0] or py["torch"] == target["torch"]
+    assert py["torch"] == target.torch.split("+")[0] or py["torch"] == target.torch
 
 
 def test_inventory_lists_system_packages(inventory, image):

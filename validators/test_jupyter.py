@@ -10,8 +10,6 @@ import pytest
 import requests
 import websocket
 
-from conftest import expect
-
 TOKEN = uuid.uuid4().hex
 
 
@@ -85,7 +83,7 @@ def test_kernel_runs_torch(server, target, timeout, facts):
     requests.delete(f"{url}/api/kernels/{kid}", headers=auth, timeout=30)
     facts["jupyter_kernel_torch"] = out.strip()
     assert status == "ok", f"kernel execution: {status}: {out[-1500:]}"
-    assert out.strip() == expect(target, "torch")
+    assert out.strip() == target.torch
 
 
 def test_generated_token_printed_once_and_works(image):

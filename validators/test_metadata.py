@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import expect
 from gpuforge.labels import expected_labels
 
 
@@ -17,7 +16,7 @@ def config(image):
 
 def test_labels_match_the_matrix(config, target):
     labels = config["Config"].get("Labels") or {}
-    wrong = {k: (labels.get(k), v) for k, v in expected_labels(target).items() if labels.get(k) != v}
+    wrong = {k: (labels.get(k), v) for k, v in expected_labels(target.as_dict()).items() if labels.get(k) != v}
     assert not wrong, "labels differ from the matrix (label: (image, matrix)): " + repr(wrong)
 
 
@@ -44,7 +43,7 @@ def test_nvidia_variables(config, target):
     caps = set((env.get("NVIDIA_DRIVER_CAPABILITIES") or "").split(","))
     assert {"compute", "utility"} <= caps or "all" in caps, f"NVIDIA_DRIVER_CAPABILITIES={caps}"
     req = env.get("NVIDIA_REQUIRE_CUDA", "")
-    assert f"cuda>={expect(target, 'cuda')}" in req, f"NVIDIA_REQUIRE_CUDA={req!r} lacks cuda>={target['cuda']}"
+    assert f"cuda>={target.cuda}" in req, f"NVIDIA_REQUIRE_CUDA={req!r} lacks cuda>={target.cuda}"
 
 
 def test_ports_exposed(config):
@@ -55,5 +54,5 @@ def test_ports_exposed(config):
 def test_size_within_budget(config, target, facts):
     size_gb = config["Size"] / 1e9
     facts["size_gb"] = round(size_gb, 2)
-    budget = float(expect(target, "size_budget_gb"))
+    budget = float(target.size_budget_gb)
     assert size_gb <= budget, f"image is {size_gb:.2f} GB, over the target's budget of {budget} GB"

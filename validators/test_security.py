@@ -58,10 +58,10 @@ def test_no_unexpected_setuid_files(root_host, image, pytestconfig, timeout):
 
 
 def test_no_private_keys_or_tokens(root_host, image, timeout):
-    keys = sh(root_host, SCAN % f"'{PRIVATE_KEY}'", timeout=timeout, check=False).stdout.split()
+    keys = sh(root_host, SCAN, PRIVATE_KEY, timeout=timeout, check=False).stdout.split()
     keys = [k for k in keys if not KEY_ALLOW.search(k)]
     assert not keys, f"private keys in the image: {keys}"
-    tokens = sh(root_host, SCAN % f"'{TOKENS}'", timeout=timeout, check=False).stdout.split()
+    tokens = sh(root_host, SCAN, TOKENS, timeout=timeout, check=False).stdout.split()
     assert not tokens, f"files holding token-shaped strings: {tokens}"
 
 
@@ -80,7 +80,7 @@ def test_build_ca_nowhere_in_filesystem(root_host, image, pytestconfig, timeout,
     needles = _distinct_certs(ca, root_host, timeout)
     facts["ca_certs_searched"] = len(needles)
     for n in needles:
-        hits = sh(root_host, "grep -rlF --exclude-dir=proc --exclude-dir=sys -e %s / 2>/dev/null | head" % f"'{n[:60]}'",
+        hits = sh(root_host, "grep -rlF --exclude-dir=proc --exclude-dir=sys -e %s / 2>/dev/null | head", n[:60],
                   timeout=timeout, check=False).stdout.split()
         assert not hits, f"the build's CA certificate landed in the image: {hits}"
 

@@ -7,8 +7,6 @@ import socket
 import paramiko
 import pytest
 
-from conftest import expect
-
 
 def _client() -> paramiko.SSHClient:
     c = paramiko.SSHClient()
@@ -34,7 +32,7 @@ def test_key_login_runs_torch_as_non_root(ssh_server, target, timeout, facts):
     uid, version = out.split()
     facts["ssh_login_uid"] = int(uid)
     assert int(uid) != 0, "the ssh session runs as root"
-    assert version == expect(target, "torch")
+    assert version == target.torch
 
 
 def test_root_login_refused(ssh_server):

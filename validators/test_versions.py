@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import expect
 from vutil import py, sh
 
 PROBE = """
@@ -33,32 +32,32 @@ def _cudnn(n: int) -> str:
 
 
 def test_torch(found, target):
-    assert found["torch"] == expect(target, "torch")
+    assert found["torch"] == target.torch
 
 
 def test_cuda(found, target):
-    assert found["cuda"] == expect(target, "cuda")
+    assert found["cuda"] == target.cuda
 
 
 def test_cudnn(found, target):
-    want = ".".join(str(expect(target, "cudnn")).split(".")[:3])
-    assert _cudnn(found["cudnn"]) == want, f"cuDNN {_cudnn(found['cudnn'])}, target says {target['cudnn']}"
+    want = ".".join(str(target.cudnn).split(".")[:3])
+    assert _cudnn(found["cudnn"]) == want, f"cuDNN {_cudnn(found['cudnn'])}, target says {target.cudnn}"
 
 
 def test_nccl(found, target):
-    assert found["nccl"] == expect(target, "nccl")
+    assert found["nccl"] == target.nccl
 
 
 def test_triton(found, target):
-    assert found["triton"] == expect(target, "triton")
+    assert found["triton"] == target.triton
 
 
 def test_torchvision(found, target):
-    assert found["torchvision"].split("+")[0] == expect(target, "torchvision")
+    assert found["torchvision"].split("+")[0] == target.torchvision
 
 
 def test_python(found, target):
-    assert found["python"] == expect(target, "python")
+    assert found["python"] == target.python
 
 
 def test_pip_check_clean(host, timeout):

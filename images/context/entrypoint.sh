@@ -14,7 +14,7 @@ die() {
 # Like NVIDIA's images: no GPU -> one warning line; a driver too old for this image's CUDA -> error,
 # unless GPUFORGE_SKIP_DRIVER_CHECK=1.
 preflight() {
-    PYTHONPATH="$GPUFORGE_HOME" /opt/venv/bin/python -m gpuforge.preflight --target "$GPUFORGE_HOME/target.json"
+    PYTHONPATH="$GPUFORGE_HOME/lib" /opt/venv/bin/python -m gpuforge.image.preflight --target "$GPUFORGE_HOME/target.json"
 }
 
 start_ssh() {
@@ -55,6 +55,6 @@ case "$mode" in
     shell) exec /bin/bash "$@" ;;
     jupyter) start_jupyter "$@" ;;
     ssh) start_ssh "$@" ;;
-    selftest) exec /opt/venv/bin/python "$GPUFORGE_HOME/units/gpu_smoke.py" "$@" ;;
+    selftest) exec /opt/venv/bin/python "$GPUFORGE_HOME/programs/gpu_smoke.py" "$@" ;;
     *) exec "$mode" "$@" ;;
 esac

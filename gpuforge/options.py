@@ -1,0 +1,50 @@
+"""Option resolution in one place: CLI flag, then environment, then matrix.yaml, then the default.
+
+Each resolved value remembers where it came from, so an error names the real source (`--extra-ca`,
+`GPUFORGE_EXTRA_CA`, or `matrix.yaml:12: extra_ca`), and a relative path from the matrix file is
+resolved against the matrix file's folder, not the cwd.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuforge.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Resolved:
+    name: str
+    value: str | None
+    source: str  # "--flag", "ENV_VAR", "matrix.yaml:LINE: key" or "default"
+
+    def __bool__(self) -> bool:
+        return self.value is not None
+
+
+def resolve(name: str, *, flag: str, cli: str | None, env: str | None = None, matrix=None, key: str | None = None,
+            default: str | None = None, is_path: bool = False) -> Resolved:
+    """The first value given among: the CLI flag, $env, matrix.yaml's `key`, the default.
+
+    `matrix` is a loaded gpuforge.matrix.Matrix (its spec and positions); `key` a top-level matrix key.
+    """
+    if cli not in (None, ""):
+        return Resolved(name, cli, flag)
+    if env and os.environ.get(env):
+        return Resolved(name, os.environ[env], env)
+    if matrix is not None and key and getattr(matrix.spec, key, None) not in (None, ""):
+        value = str(getattr(matrix.spec, key))
+        if is_path and not Path(value).is_absolute():
+            value = str((matrix.path.parent / value).resolve())
+        return Resolved(name, value, f"{matrix.doc.where((key,))}: {key}")
+    return Resolved(name, default, "default")
+
+
+def existing_file(opt: Resolved, what: str) -> Resolved:
+    """Refuse a path option that names no file, blaming the source it came from."""
+    if opt.value is not None and not Path(opt.value).is_file():
+        msg = f"{opt.source}: {opt.value}: no such file ({what})"
+        raise ConfigError(msg)
+    return opt

@@ -1,0 +1,63 @@
+"""Where things are. Package data (templates, compat data) comes from importlib.resources; the
+project checkout (matrix.yaml, images/, validators/) is found once, here, so a normal (non-editable)
+install works from the repository root.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from gpuforge.errors import ConfigError
+
+# What every image may COPY from the one build context (the project root). The root .dockerignore is
+# generated from this list (render.dockerignore), and the recipe hash covers exactly these files.
+CONTEXT_PATHS = ("gpuforge/__init__.py", "gpuforge/image", "images/context", "images/programs")
+MARKERS = ("images/context", "validators")
+
+
+@functools.cache
+def project_root() -> Path:
+    """$GPUFORGE_ROOT, else the nearest folder at or above the cwd that holds images/context and validators/."""
+    env = os.environ.get("GPUFORGE_ROOT")
+    if env:
+        root = Path(env).resolve()
+        if not all((root / m).is_dir() for m in MARKERS):
+            msg = f"GPUFORGE_ROOT={env}: not a gpuforge checkout (needs {' and '.join(MARKERS)})"
+            raise ConfigError(msg)
+        return root
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if all((d / m).is_dir() for m in MARKERS):
+            return d
+    msg = (f"no gpuforge checkout at or above {here} (a folder with {' and '.join(MARKERS)}); "
+           "run from the repository root or set GPUFORGE_ROOT")
+    raise ConfigError(msg)
+
+
+def dist() -> Path:
+    return project_root() / "images" / "dist"
+
+
+def validators() -> Path:
+    return project_root() / "validators"
+
+
+def programs() -> Path:
+    """The in-image programs (smoke, inductor CPU, multi-GPU, perf), as the host has them."""
+    return project_root() / "images" / "programs"
+
+
+def context_files(root: Path | None = None) -> dict[str, bytes]:
+    """Every file the images may COPY from the shared context, relative path -> bytes (sorted)."""
+    root = root or project_root()
+    out: dict[str, bytes] = {}
+    for rel in CONTEXT_PATHS:
+        p = root / rel
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+        for f in files:
+            if "__pycache__" in f.parts or f.suffix == ".pyc":
+                continue
+            out[str(f.relative_to(root))] = f.read_bytes()
+    return dict(sorted(out.items()))

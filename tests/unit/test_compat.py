@@ -1,0 +1,155 @@
+"""Compat knowledge: refusals, driver verdicts from NVIDIA's published minimums, GPU arch support."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuforge.image import compat
+from gpuforge.image.hostinfo import Gpu, HostGpus
+from gpuforge.image.preflight import check
+
+TEMPLATE = "nvidia/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"
+
+
+def _problems(**kw):
+    args = {"torch": "2.7.1", "cuda": "12.6", "python": "3.12", "os_name": "ubuntu24.04", "source": "cuda-base",
+            "flavor": "runtime", "cuda_base_template": TEMPLATE, **kw}
+    return compat.problems(**args)
+
+
+def test_valid_combination_has_no_problems():
+    assert _problems() == []
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"cuda": "12.4"}, "torch 2.7.1 publishes no CUDA 12.4 variant (allowed: 11.8, 12.6, 12.8)"),
+    ({"python": "3.12", "os_name": "debian12", "source": "wheels"}, "debian12 ships python 3.11, not 3.12"),
+    ({"python": "3.14"}, "torch 2.7.1 does not support python 3.14"),
+    ({"os_name": "debian12", "python": "3.11"}, "nvidia/cuda:12.6.3-cudnn-runtime-debian12 does not exist"),
+    ({"cuda": "11.8", "os_name": "ubuntu24.04"}, "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu24.04 does not exist"),
+    ({"torch": "2.8.0"}, "torch 2.8.0 is not a known release"),
+])
+def test_refusals(kw, msg):
+    assert any(msg in p for p in _problems(**kw)), _problems(**kw)
+
+
+def test_variant_pins_are_the_verified_ones():
+    v = compat.variant("2.7.1", "12.6")
+    assert (v.cudnn, v.nccl, v.triton, v.torchvision, v.torchaudio) == ("9.5.1.17", "2.26.2", "3.3.1", "0.22.1", "2.7.1")
+    assert v.nvidia_pins["nvidia-cublas-cu12"] == "12.6.4.1"
+    assert v.on_pypi and not compat.variant("2.7.1", "12.8").on_pypi
+    assert compat.variant("2.7.0", "12.6").triton == "3.3.0"
+
+
+# (driver, CUDA) -> verdict; minimums from NVIDIA's CUDA release notes (Table 3) and the
+# minor-version compatibility floors (525.60.13 for 12.x, 450.80.02 for 11.x, 580.65.06 for 13.x).
+VERDICTS = [
+    ("580.159.04", "12.6", "full"),       # the test H200
+    ("580.159.04", "13.0", "full"),
+    ("560.28.03", "12.6", "full"),        # exactly the 12.6 GA minimum
+    ("560.28.02", "12.6", "minor-version"),
+    ("550.54.14", "12.6", "minor-version"),
+    ("535.104.05", "12.8", "minor-version"),
+    ("570.26", "12.8", "full"),
+    ("570.124.06", "12.8", "full"),
+    ("570.124.06", "12.9", "minor-version"),
+    ("525.60.13", "12.8", "minor-version"),  # the 12.x floor
+    ("525.60.12", "12.0", "incompatible"),
+    ("520.61.05", "11.8", "full"),
+    ("470.82.01", "11.8", "minor-version"),
+    ("450.80.02", "11.8", "minor-version"),
+    ("450.80.01", "11.8", "incompatible"),
+    ("470.82.01", "12.6", "incompatible"),
+    ("575.51.03", "13.0", "incompatible"),
+]
+
+
+@pytest.mark.parametrize(("driver", "cuda", "kind"), VERDICTS)
+def test_driver_verdicts(driver, cuda, kind):
+    assert compat.driver_verdict(driver, cuda).kind == kind
+
+
+def test_incompatible_verdict_names_the_needed_driver():
+    v = compat.driver_verdict("470.82.01", "12.6")
+    assert not v.ok
+    assert "needs >= 525.60.13" in v.message and ">= 560.28.03 for full support" in v.message
+
+
+def test_minor_version_verdict_states_its_limits():
+    v = compat.driver_verdict("550.54.14", "12.6")
+    assert v.ok and any("PTX" in lim for lim in v.limits)
+
+
+def test_forward_compat_needs_datacenter_gpu_and_package():
+    assert compat.driver_verdict("535.104.05", "12.6", datacenter=True, compat_package=True).kind == "forward"
+    assert compat.driver_verdict("470.82.01", "12.6", datacenter=True, compat_package=True).kind == "incompatible"
+
+
+@pytest.mark.parametrize("bad", ["580", "abc", "580.x.1", ""])
+def test_bad_driver_strings(bad):
+    with pytest.raises(ValueError, match="not an NVIDIA driver version"):
+        compat.driver_verdict(bad, "12.6")
+
+
+@pytest.mark.parametrize(("cap", "cuda", "ok"), [
+    ("9.0", "12.6", True), ("8.9", "12.6", True),  # sm_89 runs sm_86 cubins
+    ("12.0", "12.6", False), ("12.0", "12.8", True), ("10.0", "12.8", True),
+    ("7.0", "12.8", False), ("7.0", "12.6", True), ("6.1", "12.6", True), ("12.1", "12.8", True),  # PTX compute_120
+])
+def test_arch_support(cap, cuda, ok):
+    v = compat.variant("2.7.1", cuda)
+    assert compat.arch_supported(cap, v.arch_list, v.ptx) is ok
+
+
+def test_blackwell_on_cu126_suggests_cu128():
+    assert compat.variants_supporting("2.7.1", "12.0") == ["cu128"]
+
+
+def _expected(cuda="12.6"):
+    v = compat.variant("2.7.1", cuda)
+    return {"torch": v.torch_local_version, "cuda": v.cuda, "arch_list": list(v.arch_list), "ptx": list(v.ptx)}
+
+
+def test_preflight_no_gpu_is_a_warning():
+    state, msgs = check(_expected(), HostGpus(driver=None, source="none", detail="NVML: not found"))
+    assert state == "no-gpu" and "no NVIDIA driver visible" in msgs[0]
+
+
+def test_preflight_incompatible_driver():
+    state, msgs = check(_expected(), HostGpus(driver="470.82.01", source="nvml"))
+    assert state == "incompatible" and "cannot run CUDA 12.6" in msgs[0]
+
+
+def test_preflight_blackwell_gpu_on_cu126_image():
+    host = HostGpus(driver="580.159.04", source="nvml", gpus=(Gpu(index=0, name="RTX 5090", capability="12.0", memory_mib=32000),))
+    state, msgs = check(_expected(), host)
+    assert state == "incompatible" and "use cu128" in msgs[-1]
+
+
+def test_preflight_h200_ok():
+    host = HostGpus(driver="580.159.04", source="nvml", gpus=(Gpu(index=0, name="NVIDIA H200", capability="9.0", memory_mib=143771),))
+    assert check(_expected(), host)[0] == "ok"
+
+
+def test_forward_compat_on_a_datacenter_gpu_with_cuda_compat():
+    from gpuforge.image.preflight import verdict_for
+
+    gpus = (Gpu(index=0, name="NVIDIA H100 80GB HBM3", capability="9.0", memory_mib=81559),)
+    host = HostGpus(driver="535.104.05", source="nvml", gpus=gpus, compat_package=True)
+    assert verdict_for(_expected("12.8"), host).kind == "forward"
+    consumer = HostGpus(driver="535.104.05", source="nvml", compat_package=True,
+                        gpus=(Gpu(index=0, name="NVIDIA GeForce RTX 4090", capability="8.9", memory_mib=24564),))
+    assert verdict_for(_expected("12.8"), consumer).kind == "minor-version"  # GeForce: no forward compat
+    assert compat.datacenter_gpu("Tesla T4") and compat.datacenter_gpu("X", brand="Tesla")
+    assert not compat.datacenter_gpu("NVIDIA GeForce RTX 5090")
+
+
+def test_compat_package_detection(tmp_path, monkeypatch):
+    from gpuforge.image import hostinfo
+
+    d = tmp_path / "cuda-12.8" / "compat"
+    d.mkdir(parents=True)
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/usr/lib:{d}")
+    assert not hostinfo.compat_package_loaded()
+    (d / "libcuda.so.1").write_bytes(b"\x7fELF")
+    assert hostinfo.compat_package_loaded()

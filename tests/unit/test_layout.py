@@ -1,0 +1,48 @@
+"""The tree says where code runs: gpuforge/image/ is what images carry, and it stands alone."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from gpuforge import paths
+
+IMAGE_PKG = paths.project_root() / "gpuforge" / "image"
+# pynvml (nvidia-ml-py) is optional: hostinfo imports it lazily and falls back to nvidia-smi without it.
+ALLOWED_THIRD_PARTY = {"yaml", "packaging", "pynvml"}
+
+
+def _imports(py) -> set[str]:
+    mods: set[str] = set()
+    for node in ast.walk(ast.parse(py.read_text(), str(py))):
+        if isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            mods.add(node.module or "")
+            if node.module == "gpuforge":
+                mods.update(f"gpuforge.{a.name}" for a in node.names)
+    return mods
+
+
+def test_image_package_imports_only_stdlib_yaml_packaging_and_itself():
+    files = sorted(IMAGE_PKG.rglob("*.py"))
+    assert len(files) >= 4
+    for py in files:
+        for mod in _imports(py):
+            top = mod.split(".")[0]
+            if top == "gpuforge":
+                assert mod == "gpuforge.image" or mod.startswith("gpuforge.image."), f"{py}: imports {mod}"
+            else:
+                assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY or top == "__future__", \
+                    f"{py}: imports {mod} (images carry stdlib + PyYAML + packaging only)"
+
+
+def test_in_image_programs_import_nothing_from_gpuforge():
+    for py in sorted((paths.project_root() / "images" / "programs").glob("*.py")):
+        assert not any(m.split(".")[0] == "gpuforge" for m in _imports(py)), py
+
+
+def test_no_python_under_dist_and_no_package_copies():
+    root = paths.project_root()
+    assert not list((root / "images" / "dist").rglob("*.py"))
+    assert not (root / "validators" / "units").exists()
