@@ -92,8 +92,9 @@ class Expected:
                     out[k] = tuple(v.split(",") if isinstance(v, str) else v)
                 elif k == "uid":
                     out[k] = int(v)
-                elif k == "size_budget_gb":
-                    out[k] = float(v)
+                elif k == "size_budget_gb":  # keep 14 as 14 (the label reads "14"), accept 14.5
+                    num = float(v)
+                    out[k] = int(num) if num.is_integer() and "." not in str(v) else num
                 else:
                     out[k] = str(v)
             except (TypeError, ValueError):
