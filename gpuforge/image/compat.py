@@ -184,8 +184,12 @@ class Verdict:
         return self.kind != "incompatible"
 
 
-def driver_verdict(driver: str, cuda: str, *, datacenter: bool = False, compat_package: bool = False) -> Verdict:
+def driver_verdict(driver: str, cuda: str, *, datacenter: bool | None = False, compat_package: bool = False) -> Verdict:
     """Decide from the compat data whether driver `driver` runs CUDA `cuda`.
+
+    `datacenter`: whether every GPU may use forward compatibility (None: GPUs unknown).
+    A cuda-compat libcuda on a GPU that is not a datacenter part fails every CUDA call with error 804
+    (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE), whatever the driver version.
 
     >>> driver_verdict("580.159.04", "12.6").kind
     'full'
@@ -202,6 +206,15 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool = False, compat_p
         msg = f"no driver minimum is known for CUDA {cuda} (known: {known})"
         raise ValueError(msg)
     common = {"driver": driver, "cuda": minor, "full_min": full, "minor_min": mvc}
+    if compat_package and datacenter is False:
+        return Verdict(
+            kind="incompatible",
+            message=(f"a cuda-compat libcuda is loaded but forward compatibility works on datacenter GPUs only: "
+                     f"CUDA fails with error 804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE); remove the compat folder "
+                     f"from LD_LIBRARY_PATH and /etc/ld.so.conf.d (driver {driver} "
+                     f"{'fully supports' if d >= Version(full) else 'needs >= ' + full + ' for'} CUDA {minor})"),
+            **common,
+        )
     if d >= Version(full):
         return Verdict(kind="full", message=f"driver {driver} fully supports CUDA {minor} (needs >= {full})", **common)
     # A cuda-compat package on a datacenter GPU gives the full feature set, so it wins over minor-version.
@@ -279,3 +292,24 @@ def variants_supporting(torch: str, capability: str) -> list[str]:
         if v and arch_supported(capability, v.arch_list, v.ptx):
             out.append(v.name)
     return out
+
+
+# --- smoke thresholds (host-side: the validator passes them to the in-image programs) ------------
+
+def smoke_thresholds() -> dict:
+    """The bars the GPU smoke suite is held to; the validator reads them here, on the host."""
+    return dict(data()["smoke_thresholds"])
+
+
+def busbw_floor(gpu_name: str) -> tuple[str, float] | None:
+    """(model, GB/s) all-reduce bus-bandwidth floor for a GPU by its name, or None for an unlisted model.
+
+    Every word of a model key must be a word of the name; the longest key wins ("H100 PCIe" over "H100").
+    """
+    words = re.split(r"[\s-]+", gpu_name.upper())
+    best = None
+    for model, row in data()["busbw_floor_gbs"].items():
+        key = model.upper().split()
+        if all(k in words for k in key) and (best is None or len(key) > len(best[0].split())):
+            best = (model, float(row["floor"]))
+    return best

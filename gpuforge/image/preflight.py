@@ -1,7 +1,10 @@
 """The image's start-up check (run by the entrypoint): can this host's driver and GPUs run this image?
 
-No GPU: one warning line, exit 0. Incompatible driver or unsupported GPU: an error and exit 70,
-unless GPUFORGE_SKIP_DRIVER_CHECK=1. Also usable on a GPU runner: python -m gpuforge.image.preflight.
+No driver visible: one warning line, exit 0. A driver but no GPU device (NVIDIA_VISIBLE_DEVICES=none/void,
+no GPU request, driver libraries not mounted): one warning line naming the cause, exit 0, or exit 70 with
+GPUFORGE_REQUIRE_GPU=1. Incompatible driver, unsupported GPU, or a CUDA the compat data does not know:
+an error and exit 70, unless GPUFORGE_SKIP_DRIVER_CHECK=1. A probe that breaks never stops the container:
+it is reported as a warning. Also usable on a GPU runner: python -m gpuforge.image.preflight.
 """
 
 from __future__ import annotations
@@ -15,26 +18,49 @@ from pathlib import Path
 from gpuforge.image import compat, hostinfo
 
 EXIT_INCOMPATIBLE = 70
+GPU_REQUEST_HINT = "docker run --gpus all (NVIDIA container runtime) or --device nvidia.com/gpu=all (CDI)"
 
 
 def verdict_for(expected: dict, host: hostinfo.HostGpus) -> compat.Verdict:
     """The driver verdict for this host: forward compatibility counts only on datacenter GPUs with a
-    cuda-compat libcuda loaded."""
-    datacenter = bool(host.gpus) and all(compat.datacenter_gpu(g.name, g.brand) for g in host.gpus)
+    cuda-compat libcuda loaded, and a compat libcuda on any other GPU is an error (804)."""
+    datacenter = all(compat.datacenter_gpu(g.name, g.brand) for g in host.gpus) if host.gpus else None
     return compat.driver_verdict(host.driver, expected["cuda"], datacenter=datacenter, compat_package=host.compat_package)
 
 
+def no_device_reason(host: hostinfo.HostGpus) -> str:
+    """Why a visible driver comes with no usable GPU, in the words a user can act on."""
+    nvd = (host.visible_devices or "").strip()
+    if host.device_nodes:
+        return (f"{len(host.device_nodes)} GPU device node(s) ({' '.join(host.device_nodes)}) but neither NVML nor "
+                f"nvidia-smi could list them ({host.detail or 'no driver libraries'}): the driver's user-space "
+                f"libraries are not in the container; request the GPU through the NVIDIA runtime or a CDI spec")
+    if nvd in ("none", "void"):
+        return (f"NVIDIA_VISIBLE_DEVICES={nvd}: the container runtime was told to pass no GPU; "
+                f"unset it or start with {GPU_REQUEST_HINT}")
+    return f"no /dev/nvidiaN device node: the container was started without a GPU request; start with {GPU_REQUEST_HINT}"
+
+
 def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
-    """('no-gpu' | 'ok' | 'incompatible', messages); the first message is the driver verdict.
+    """('no-gpu' | 'no-device' | 'unknown' | 'incompatible' | 'ok', messages); the first message is the
+    driver verdict (or why there is none).
 
     The entrypoint and the driver validator both decide through this one function.
     """
     if host.driver is None:
-        return "no-gpu", [f"no NVIDIA driver visible ({host.detail}); CUDA will be unavailable (start with --gpus all)"]
-    verdict = verdict_for(expected, host)
+        return "no-gpu", [f"no NVIDIA driver visible ({host.detail}); CUDA will be unavailable (start with {GPU_REQUEST_HINT})"]
+    if not host.gpus:
+        return "no-device", [f"NVIDIA driver {host.driver} visible but no GPU: {no_device_reason(host)}"]
+    try:
+        verdict = verdict_for(expected, host)
+    except (ValueError, KeyError) as e:
+        return "unknown", [f"cannot judge driver {host.driver} against this image's CUDA {expected.get('cuda')!r}: {e}"]
     msgs = [verdict.message]
     bad = not verdict.ok
     for g in host.gpus:
+        if not g.capability:
+            msgs.append(f"GPU {g.index} {g.name}: compute capability unknown; arch support not checked")
+            continue
         if not compat.arch_supported(g.capability, expected["arch_list"], expected.get("ptx", [])):
             bad = True
             better = compat.variants_supporting(expected["torch"].split("+")[0], g.capability)
@@ -43,28 +69,42 @@ def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
     return ("incompatible" if bad else "ok"), msgs
 
 
-def main(argv: list[str] | None = None) -> int:
+def decide(state: str, msgs: list[str], env: dict) -> tuple[int, list[str]]:
+    """(exit code, stderr lines) for a check() outcome under the user's environment switches."""
+    if state == "no-gpu":
+        return 0, [f"gpuforge: warning: {msgs[0]}"]
+    if state == "no-device":
+        if env.get("GPUFORGE_REQUIRE_GPU") == "1":
+            return EXIT_INCOMPATIBLE, [f"gpuforge: error: {msgs[0]}", "gpuforge: GPUFORGE_REQUIRE_GPU=1 is set"]
+        return 0, [f"gpuforge: warning: {msgs[0]}"]
+    if state in ("incompatible", "unknown"):
+        lines = [f"gpuforge: error: {m}" for m in msgs]
+        if env.get("GPUFORGE_SKIP_DRIVER_CHECK") == "1":
+            return 0, [*lines, "gpuforge: GPUFORGE_SKIP_DRIVER_CHECK=1 set; starting anyway"]
+        return EXIT_INCOMPATIBLE, [*lines, "gpuforge: set GPUFORGE_SKIP_DRIVER_CHECK=1 to start anyway"]
+    verbose = env.get("GPUFORGE_PREFLIGHT_VERBOSE") == "1"
+    return 0, [f"gpuforge: {m}" for m in msgs] if verbose else [f"gpuforge: warning: {m}" for m in msgs[1:]]
+
+
+def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--target", type=Path, default=Path("/opt/gpuforge/target.json"))
     ap.add_argument("--verbose", action="store_true", help="also print the verdict when all is well")
     args = ap.parse_args(argv)
-    expected = json.loads(args.target.read_text())
-    state, msgs = check(expected, hostinfo.detect())
-    if state == "no-gpu":
-        print(f"gpuforge: warning: {msgs[0]}", file=sys.stderr)
+    env = dict(os.environ if env is None else env)
+    if args.verbose:
+        env["GPUFORGE_PREFLIGHT_VERBOSE"] = "1"
+    try:
+        expected = json.loads(args.target.read_text())
+        state, msgs = check(expected, detect())
+    except Exception as e:  # never a traceback, never a dead entrypoint: say what broke and start
+        print(f"gpuforge: warning: the driver check itself failed ({type(e).__name__}: {e}); starting without it",
+              file=sys.stderr)
         return 0
-    if state == "incompatible":
-        for m in msgs:
-            print(f"gpuforge: error: {m}", file=sys.stderr)
-        if os.environ.get("GPUFORGE_SKIP_DRIVER_CHECK") == "1":
-            print("gpuforge: GPUFORGE_SKIP_DRIVER_CHECK=1 set; starting anyway", file=sys.stderr)
-            return 0
-        print("gpuforge: set GPUFORGE_SKIP_DRIVER_CHECK=1 to start anyway", file=sys.stderr)
-        return EXIT_INCOMPATIBLE
-    if args.verbose or os.environ.get("GPUFORGE_PREFLIGHT_VERBOSE") == "1":
-        for m in msgs:
-            print(f"gpuforge: {m}", file=sys.stderr)
-    return 0
+    code, lines = decide(state, msgs, env)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuforge.image import compat
@@ -115,8 +117,11 @@ def test_preflight_no_gpu_is_a_warning():
     assert state == "no-gpu" and "no NVIDIA driver visible" in msgs[0]
 
 
+H200 = (Gpu(index=0, name="NVIDIA H200", capability="9.0", memory_mib=143771),)
+
+
 def test_preflight_incompatible_driver():
-    state, msgs = check(_expected(), HostGpus(driver="470.82.01", source="nvml"))
+    state, msgs = check(_expected(), HostGpus(driver="470.82.01", source="nvml", gpus=H200))
     assert state == "incompatible" and "cannot run CUDA 12.6" in msgs[0]
 
 
@@ -139,17 +144,54 @@ def test_forward_compat_on_a_datacenter_gpu_with_cuda_compat():
     assert verdict_for(_expected("12.8"), host).kind == "forward"
     consumer = HostGpus(driver="535.104.05", source="nvml", compat_package=True,
                         gpus=(Gpu(index=0, name="NVIDIA GeForce RTX 4090", capability="8.9", memory_mib=24564),))
-    assert verdict_for(_expected("12.8"), consumer).kind == "minor-version"  # GeForce: no forward compat
+    v = verdict_for(_expected("12.8"), consumer)  # GeForce + compat libcuda: CUDA fails with 804
+    assert v.kind == "incompatible" and "error 804" in v.message
+    assert verdict_for(_expected("12.8"), dataclasses.replace(consumer, compat_package=False)).kind == "minor-version"
     assert compat.datacenter_gpu("Tesla T4") and compat.datacenter_gpu("X", brand="Tesla")
     assert not compat.datacenter_gpu("NVIDIA GeForce RTX 5090")
 
 
-def test_compat_package_detection(tmp_path, monkeypatch):
+def test_compat_package_detection(tmp_path):
     from gpuforge.image import hostinfo
 
     d = tmp_path / "cuda-12.8" / "compat"
     d.mkdir(parents=True)
-    monkeypatch.setenv("LD_LIBRARY_PATH", f"/usr/lib:{d}")
-    assert not hostinfo.compat_package_loaded()
+    env = {"LD_LIBRARY_PATH": f"/usr/lib:{d}"}
+    none = tmp_path / "none"
+    assert not hostinfo.find_compat_package(env, none, none)
     (d / "libcuda.so.1").write_bytes(b"\x7fELF")
-    assert hostinfo.compat_package_loaded()
+    assert hostinfo.find_compat_package(env, none, none) == str(d)
+
+
+def test_compat_package_found_through_ld_so_conf_d(tmp_path):
+    """NVIDIA's container toolkit hook and cuda-compat's postinst register the folder with the loader."""
+    from gpuforge.image import hostinfo
+
+    d = tmp_path / "usr/local/cuda-12.8/compat"
+    d.mkdir(parents=True)
+    (d / "libcuda.so.1").write_bytes(b"\x7fELF")
+    conf_d = tmp_path / "ld.so.conf.d"
+    conf_d.mkdir()
+    (conf_d / "00-compat-12-8.conf").write_text(f"# cuda-compat\n{d}\n")
+    assert hostinfo.find_compat_package({}, tmp_path / "ld.so.conf", conf_d) == str(d)
+    (conf_d / "00-compat-12-8.conf").write_text(f"# {d}\n")  # commented out: not loaded
+    assert not hostinfo.find_compat_package({}, tmp_path / "ld.so.conf", conf_d)
+
+
+@pytest.mark.parametrize(("name", "model", "floor"), [
+    ("NVIDIA H200", "H200", 180), ("NVIDIA H100 80GB HBM3", "H100", 180), ("NVIDIA H100 PCIe", "H100 PCIe", 20),
+    ("NVIDIA A100-SXM4-80GB", "A100", 120), ("NVIDIA A100 80GB PCIe", "A100 PCIe", 10), ("NVIDIA L4", "L4", 10),
+    ("NVIDIA L40S", "L40S", 10), ("NVIDIA H200 NVL", "H200 NVL", 120),
+])
+def test_busbw_floor_per_model(name, model, floor):
+    assert compat.busbw_floor(name) == (model, floor)
+
+
+def test_busbw_floor_unknown_model():
+    assert compat.busbw_floor("NVIDIA GeForce RTX 4090") is None
+
+
+def test_smoke_thresholds_hold_the_documented_bars():
+    t = compat.smoke_thresholds()
+    assert t["compile_cache_min_speedup"] >= 3 and t["fusion_min_ratio"] == 0.85
+    assert t["matmul_rel_err"]["fp32"] < t["matmul_rel_err"]["tf32"] < t["matmul_rel_err"]["bf16"]
