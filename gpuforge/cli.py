@@ -1,4 +1,4 @@
-"""The gpuforge CLI: plan | generate | build | validate | smoke | push | promote | clean.
+"""The gpuforge CLI: plan | generate | build | validate | smoke | push | attest | promote | clean.
 
 Each command is a short pipeline over the package; FatalError is caught once, here.
 """
@@ -124,7 +124,15 @@ def cmd_promote(args) -> int:
 
     m, targets = _targets(args)
     promote.promote_targets(targets, env=args.to, reports=Path(args.reports), registry=args.registry,
-                            require_gpu=args.require_gpu)
+                            require_gpu=args.require_gpu, key=args.key)
+    return 0
+
+
+def cmd_attest(args) -> int:
+    from gpuforge import promote
+
+    m, targets = _targets(args)
+    promote.attest_targets(targets, reports=Path(args.reports), registry=args.registry, gpu=args.gpu, key=args.key)
     return 0
 
 
@@ -185,6 +193,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
     p.add_argument("--require-gpu", action="store_true", help="also require a GPU-validated report (default for prod)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
+                   help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
+                        "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
+    p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
+                   help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 

@@ -1,33 +1,37 @@
-"""A small client of the registry HTTP API (v2): read and put manifests by digest, with basic or
-bearer auth. Promotion copies a manifest inside the registry this way: no rebuild, no layer pull.
+"""Registry access through skopeo (Debian's, installed by tools/start-engine.sh): read manifests and
+copy by digest. skopeo does the token dance (a bearer token per scope: pull for reads, pull+push for
+the copy), and reads docker configs with `credsStore`/`credHelpers`; gpuforge only decides what may move.
 
-Credentials: GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD, else the docker config's `auths`
-entry for the registry. They are never printed.
+Credentials: GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD (written to a private temporary auth
+file, never to a command line), else $REGISTRY_AUTH_FILE / $DOCKER_CONFIG/config.json / ~/.docker/config.json
+as skopeo finds them. They are never printed.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
 from gpuforge.errors import RegistryError
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-])
+# what skopeo prints for "no such manifest" (registry/distribution error codes, and containers/image text)
+_NOT_FOUND = re.compile(r"manifest unknown|MANIFEST_UNKNOWN|NAME_UNKNOWN|name unknown|not found", re.I)
+_DENIED = re.compile(r"unauthorized|authentication required|denied|401|403|invalid username/password", re.I)
+_UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connection reset|no route to host", re.I)
 
 
 def credentials(registry: str) -> tuple[str, str] | None:
+    """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
     user, pw = os.environ.get("GPUFORGE_REGISTRY_USER"), os.environ.get("GPUFORGE_REGISTRY_PASSWORD")
     if user and pw:
         return user, pw
@@ -44,10 +48,57 @@ def credentials(registry: str) -> tuple[str, str] | None:
     return None
 
 
+def insecure(host: str) -> bool:
+    """Plain HTTP / no TLS verification: loopback registries, or GPUFORGE_REGISTRY_INSECURE=1."""
+    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or os.environ.get("GPUFORGE_REGISTRY_INSECURE") == "1"
+
+
+@contextlib.contextmanager
+def auth_file(*hosts: str) -> Iterator[str | None]:
+    """An auth file for skopeo/cosign: a private temporary one holding the env credentials, else the
+    user's own (None: let the tool find it)."""
+    user, pw = os.environ.get("GPUFORGE_REGISTRY_USER"), os.environ.get("GPUFORGE_REGISTRY_PASSWORD")
+    if not (user and pw):
+        cfg = os.environ.get("REGISTRY_AUTH_FILE") or (
+            str(Path(os.environ["DOCKER_CONFIG"]) / "config.json") if os.environ.get("DOCKER_CONFIG") else None)
+        yield cfg if cfg and Path(cfg).exists() else None
+        return
+    with tempfile.TemporaryDirectory(prefix="gpuforge-auth-") as d:
+        p = Path(d) / "config.json"
+        token = base64.b64encode(f"{user}:{pw}".encode()).decode()
+        p.touch(mode=0o600)
+        p.write_text(json.dumps({"auths": {h: {"auth": token} for h in hosts}}))
+        yield str(p)
+
+
+def skopeo(args: list[str], what: str, host: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("skopeo")
+    if not exe:
+        msg = "skopeo is not installed (apt-get install skopeo, or run tools/start-engine.sh)"
+        raise RegistryError(msg)
+    try:
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=3600, check=False)
+    except subprocess.TimeoutExpired:
+        msg = f"registry {host}: {what} did not finish within an hour"
+        raise RegistryError(msg) from None
+
+
+def _fail(r: subprocess.CompletedProcess, host: str, what: str) -> None:
+    err = (r.stderr or r.stdout).strip().splitlines()
+    last = err[-1] if err else f"skopeo exit {r.returncode}"
+    if _UNREACHABLE.search(last):
+        msg = f"cannot reach registry {host}; is it running, and is the address right?"
+    elif _DENIED.search(last):
+        msg = (f"registry {host} refused the credentials for {what} (set GPUFORGE_REGISTRY_USER/"
+               "GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
+    else:
+        msg = f"registry {host}: {what}: {last[-300:]}"
+    raise RegistryError(msg)
+
+
 @dataclass(frozen=True)
 class Manifest:
     digest: str
-    media_type: str
     body: bytes
 
     @property
@@ -59,64 +110,28 @@ class Manifest:
 class Registry:
     def __init__(self, host: str):
         self.host = host
-        loopback = re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)
-        insecure = os.environ.get("GPUFORGE_REGISTRY_INSECURE") == "1"
-        self.base = f"{'http' if loopback or insecure else 'https'}://{host}/v2"
-        self.session = requests.Session()
-        self.creds = credentials(host)
-        self._bearer: str | None = None
-
-    def _request(self, method: str, path: str, **kw) -> requests.Response:
-        url = f"{self.base}/{path}"
-        headers = kw.pop("headers", {})
-        for _ in range(2):
-            if self._bearer:
-                headers["Authorization"] = f"Bearer {self._bearer}"
-            try:
-                r = self.session.request(method, url, headers=headers, timeout=60,
-                                         auth=self.creds if not self._bearer else None, **kw)
-            except requests.ConnectionError:
-                msg = f"cannot reach registry {self.host} ({self.base}); is it running, and is the address right?"
-                raise RegistryError(msg) from None
-            if r.status_code == 401 and not self._bearer and r.headers.get("WWW-Authenticate", "").startswith("Bearer"):
-                self._bearer = self._token(r.headers["WWW-Authenticate"])
-                continue
-            return r
-        return r
-
-    def _token(self, challenge: str) -> str:
-        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        realm = params.pop("realm", "")
-        try:
-            r = requests.get(realm, params=params, auth=self.creds, timeout=60)
-        except requests.ConnectionError:
-            msg = f"cannot reach the token service of {self.host}"
-            raise RegistryError(msg) from None
-        if r.status_code != 200:
-            msg = f"registry {self.host} refused the credentials (token service answered {r.status_code})"
-            raise RegistryError(msg)
-        return r.json().get("token") or r.json().get("access_token", "")
-
-    def _check(self, r: requests.Response, what: str) -> None:
-        if r.status_code == 401:
-            msg = (f"registry {self.host} refused the credentials for {what} (set GPUFORGE_REGISTRY_USER/"
-                   "GPUFORGE_REGISTRY_PASSWORD or `docker login`)")
-            raise RegistryError(msg)
-        if r.status_code >= 400:
-            msg = f"registry {self.host}: {what}: HTTP {r.status_code} {r.text[:300]}"
-            raise RegistryError(msg)
+        self.tls = ["--tls-verify=false"] if insecure(host) else []
 
     def manifest(self, repo: str, ref: str) -> Manifest | None:
-        """The manifest a tag or digest names, or None when there is none."""
-        r = self._request("GET", f"{repo}/manifests/{ref}", headers={"Accept": MANIFEST_TYPES})
-        if r.status_code == 404:
-            return None
-        self._check(r, f"GET {repo}:{ref}")
-        body = r.content
-        digest = r.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
-        return Manifest(digest=digest, media_type=r.headers.get("Content-Type", "").split(";")[0], body=body)
+        """The manifest a tag or digest names (its raw bytes: the digest is theirs), or None when there is none."""
+        sep = "@" if ref.startswith("sha256:") else ":"
+        with auth_file(self.host) as af:
+            r = skopeo(["inspect", "--raw", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
+                        f"docker://{self.host}/{repo}{sep}{ref}"], f"GET {repo}{sep}{ref}", self.host)
+        if r.returncode != 0:
+            if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
+                return None
+            _fail(r, self.host, f"GET {repo}{sep}{ref}")
+        body = r.stdout.encode()
+        return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
 
-    def put_manifest(self, repo: str, tag: str, m: Manifest) -> str:
-        r = self._request("PUT", f"{repo}/manifests/{tag}", data=m.body, headers={"Content-Type": m.media_type})
-        self._check(r, f"PUT {repo}:{tag}")
-        return r.headers.get("Docker-Content-Digest", m.digest)
+    def copy(self, repo: str, digest: str, tag: str) -> None:
+        """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
+        tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []
+        with auth_file(self.host) as af:
+            r = skopeo(["copy", "--all", "--preserve-digests", "--retry-times", "2", *tls,
+                        *(["--authfile", af] if af else []),
+                        f"docker://{self.host}/{repo}@{digest}", f"docker://{self.host}/{repo}:{tag}"],
+                       f"copy {repo}@{digest[:19]} to :{tag}", self.host)
+        if r.returncode != 0:
+            _fail(r, self.host, f"PUT {repo}:{tag}")

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from gpuforge import evidence
 from gpuforge.errors import FatalError
 
 
@@ -21,16 +22,19 @@ def load(path: Path) -> dict:
         raise FatalError(msg) from None
 
 
-def is_green(rep: dict) -> bool:
-    """Green: pytest exited 0, nothing failed, and at least one check really passed."""
-    outcomes = [c["outcome"] for c in rep.get("checks", [])]
-    return rep.get("exit_status") == 0 and "failed" not in outcomes and "passed" in outcomes
+def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
+    """Green: complete evidence (gpuforge.evidence.problems finds nothing), judged from the content."""
+    return not evidence.problems(rep, require_gpu=require_gpu)
 
 
 def markdown(rep: dict) -> str:
     checks = rep.get("checks", [])
     count = {k: sum(c["outcome"] == k for c in checks) for k in ("passed", "failed", "skipped")}
-    verdict = "GREEN" if is_green(rep) else "RED"
+    probs = evidence.problems(rep) if rep.get("evidence") else []
+    if rep.get("evidence"):
+        verdict = "GREEN" if not probs else ("PARTIAL (never promotes)" if rep["evidence"].get("partial") else "RED")
+    else:  # a host smoke run: no required set, so never evidence for promotion
+        verdict = "PASSED (host check, not evidence)" if _plain_pass(rep) else "FAILED"
     lines = [
         f"### gpuforge validation: {rep.get('target')} — {verdict}",
         "",
@@ -38,6 +42,7 @@ def markdown(rep: dict) -> str:
         f"{' (GPU)' if rep.get('gpu') else ''}: {count['passed']} passed, {count['failed']} failed, "
         f"{count['skipped']} skipped in {rep.get('seconds', 0):.1f} s",
         "",
+        *([f"- {p}" for p in probs] + [""] if probs else []),
         "| check | result | seconds | note |",
         "|---|---|---|---|",
     ]
@@ -50,10 +55,21 @@ def markdown(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def finish(path: Path) -> str:
-    """Mark the report green/red, write its Markdown beside it and to the step summary."""
+def _plain_pass(rep: dict) -> bool:
+    outcomes = [c["outcome"] for c in rep.get("checks", [])]
+    return rep.get("exit_status") == 0 and "failed" not in outcomes and "passed" in outcomes
+
+
+def finish(path: Path, *, required: tuple[str, ...] | None = None, gpu: bool = False) -> str:
+    """Add the evidence block (when `required` is given), mark the report green/red, write its
+    Markdown beside it and to the step summary."""
     rep = load(path)
-    rep["green"] = is_green(rep)
+    if required is not None:
+        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu)
+        rep["problems"] = evidence.problems(rep)
+        rep["green"] = not rep["problems"]
+    else:
+        rep["green"] = False  # no required set: not evidence
     Path(path).write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
     md = markdown(rep)
     Path(path).with_suffix(".md").write_text(md)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import engine, paths, records, report, run
+from gpuforge import engine, evidence, paths, records, report, run
 from gpuforge.errors import EngineError, ValidationFailed
 from gpuforge.matrix import Matrix, Target, load_matrix
 
@@ -49,6 +49,7 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False) -> int:
     c = engine.client()
     failed: list[str] = []
+    required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     for t in targets:
         rec = records.require(t.id)
         try:
@@ -73,13 +74,19 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             failed.append(t.id)
             print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
             continue
-        md = report.finish(rpath)
-        sbom = report.load(rpath).get("facts", {}).get("sbom")
+        md = report.finish(rpath, required=required, gpu=gpu)
+        rep = report.load(rpath)
+        sbom = rep.get("facts", {}).get("sbom")
         if sbom:  # the image's package manifest, bound to the image id like the report
             (out / "sbom.json").write_text(json.dumps({"target": t.id, "image_id": rec["image_id"], **sbom},
                                                       indent=2, sort_keys=True) + "\n")
         print(md)
-        records.update(t.id, **{("gpu_report" if gpu else "report"): str(rpath)})
+        # the report's digest: promote refuses a report file changed after this point
+        kind = "gpu_report" if gpu else "report"
+        records.update(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
+        if rc == 0 and rep["evidence"]["partial"]:
+            print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
+                  "fine for debugging, never promotable", file=sys.stderr)
         if rc != 0:
             failed.append(t.id)
     if failed:

@@ -227,6 +227,13 @@ def pytest_runtest_makereport(item, call):
                         "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg})
 
 
+_deselected: list[str] = []
+
+
+def pytest_deselected(items):
+    _deselected.extend(i.nodeid for i in items)
+
+
 def pytest_sessionfinish(session, exitstatus):
     path = session.config.getoption("gpuforge_report")
     if not path:
@@ -242,6 +249,10 @@ def pytest_sessionfinish(session, exitstatus):
         "seconds": round(time.time() - _started, 2),
         "facts": _facts,
         "checks": _checks,
+        # a narrowed run (-k, -m, --deselect) is marked; gpuforge.evidence also checks every required id ran
+        "selection": {"keyword": cfg.option.keyword or "", "markexpr": cfg.option.markexpr or "",
+                      "deselected": sorted(_deselected),
+                      "narrowed": bool(cfg.option.keyword or cfg.option.markexpr or _deselected)},
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
@@ -255,7 +266,9 @@ def _record_target(target, facts, pytestconfig):
     if img:
         from gpuforge import engine
 
-        facts["image_id"] = engine.client().images.get(img).id
+        attrs = engine.client().images.get(img).attrs
+        facts["image_id"] = attrs["Id"]
+        facts["repo_digests"] = sorted(attrs.get("RepoDigests") or [])
     yield
 
 

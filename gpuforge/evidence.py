@@ -1,0 +1,112 @@
+"""What a validation report must hold to count as evidence: the required checks, the reviewed skip
+reasons, the validator set's hash, and the one verdict function that validate, attest and promote use.
+
+The required set is derived host-side by collecting the validators for the mode (image, +GPU) with no
+user arguments, so `-k`, `--deselect` or `--ignore` can shrink a run but never the set it is judged
+against. A report is green only when every required check passed, or skipped for a reason listed in
+ALLOWED_SKIPS for a non-GPU run; under --gpu nothing may skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+from gpuforge import __version__, paths
+from gpuforge.errors import FatalError
+
+# (module, check-name regex, skip-reason regex): the reviewed reasons a non-GPU report may skip for.
+ALLOWED_SKIPS: tuple[tuple[str, str, str], ...] = (
+    ("test_driver", r".*", r"^no NVIDIA driver visible"),
+    ("test_gpu_smoke", r".*", r"^GPU checks not requested"),
+    ("test_security", r"^test_build_ca_nowhere_in_filesystem$", r"^no --gpuforge-ca given"),
+)
+
+
+def validator_set_hash() -> str:
+    """sha256 over every validator file and the skip list: a report made by other checks is not evidence."""
+    h = hashlib.sha256()
+    vdir = paths.validators()
+    for f in sorted(p for p in vdir.rglob("*.py") if "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(vdir)).encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(json.dumps(ALLOWED_SKIPS).encode())
+    return "sha256:" + h.hexdigest()
+
+
+@functools.cache
+def required_checks(gpu: bool) -> tuple[str, ...]:
+    """The node ids of every validator an image run must report, collected with no user arguments."""
+    vdir = paths.validators()
+    argv = [sys.executable, "-m", "pytest", str(vdir), "--collect-only", "-q", "-p", "no:cacheprovider",
+            "--rootdir", str(vdir), "--gpuforge-image", "collect-only"]
+    if gpu:
+        argv.append("--gpuforge-gpu")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    ids = tuple(sorted(line for line in r.stdout.splitlines() if "::" in line and not line.startswith(" ")))
+    if r.returncode != 0 or not ids:
+        msg = f"cannot collect the validators under {vdir} (pytest exit {r.returncode}): {(r.stderr or r.stdout)[-500:]}"
+        raise FatalError(msg)
+    return ids
+
+
+def stamp(rep: dict, *, required: tuple[str, ...], gpu: bool) -> dict:
+    """The evidence block validate adds to a report (host-side facts, not the plugin's)."""
+    ran = {c["id"] for c in rep.get("checks", [])}
+    return {
+        "required": list(required),
+        "missing": sorted(set(required) - ran),
+        "partial": bool(set(required) - ran) or bool(rep.get("selection", {}).get("narrowed")),
+        "gpu_required": gpu,
+        "validator_set": validator_set_hash(),
+        "gpuforge_version": __version__,
+        "image_id": rep.get("facts", {}).get("image_id"),
+        "repo_digests": rep.get("facts", {}).get("repo_digests", []),
+    }
+
+
+def _skip_allowed(check: dict) -> bool:
+    return any(check["module"] == m and re.search(n, check["name"]) and re.search(r, check.get("message") or "")
+               for m, n, r in ALLOWED_SKIPS)
+
+
+def problems(rep: dict, *, require_gpu: bool = False) -> list[str]:
+    """Why a report is not evidence (empty: it is green). Judged from the content, never its `green` field."""
+    ev = rep.get("evidence")
+    if not ev:
+        return ["it has no evidence block (not written by `gpuforge validate`)"]
+    out: list[str] = []
+    if rep.get("exit_status") != 0:
+        out.append(f"pytest exited {rep.get('exit_status')}")
+    by_id = {c["id"]: c for c in rep.get("checks", [])}
+    required = ev.get("required") or []
+    if not required:
+        out.append("it names no required checks")
+    missing = [i for i in required if i not in by_id]
+    if missing or ev.get("partial"):
+        out.append(f"it is partial: {len(missing)} required check(s) did not run"
+                   f"{' (' + ', '.join(missing[:3]) + (', ...' if len(missing) > 3 else '') + ')' if missing else ''}"
+                   " — a subset run (-k, --deselect) is for debugging and never promotes")
+    failed = [c["name"] for c in by_id.values() if c["outcome"] == "failed"]
+    if failed:
+        out.append(f"failed: {', '.join(failed)}")
+    gpu_run = bool(rep.get("gpu")) and bool(ev.get("gpu_required"))
+    for i in required:
+        c = by_id.get(i)
+        if c and c["outcome"] == "skipped" and (gpu_run or not _skip_allowed(c)):
+            why = "nothing may skip under --gpu" if gpu_run else "reason not on the reviewed list"
+            out.append(f"required check {c['name']} skipped ({(c.get('message') or '').strip()[:120]}; {why})")
+    if required and not any(by_id.get(i, {}).get("outcome") == "passed" for i in required):
+        out.append("no required check passed")
+    if require_gpu and not gpu_run:
+        out.append("it is not a GPU report (run `gpuforge validate --gpu` on a GPU runner)")
+    return out
+
+
+def digest_of(rep: dict) -> str:
+    """sha256 of a report's canonical JSON: recorded at validation, compared before promotion."""
+    return "sha256:" + hashlib.sha256(json.dumps(rep, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

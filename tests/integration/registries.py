@@ -1,0 +1,174 @@
+"""Real registries for the tests: Debian's docker-registry on 127.0.0.1 with htpasswd basic auth, or
+with `auth: token` backed by a small real token server (the Docker token protocol: basic auth in,
+a scoped RS256 JWT out, signed by a key whose certificate the registry trusts). Not mocks: docker,
+skopeo and cosign talk to them exactly as to a hosted registry.
+
+Ports: 5100-5199 (the range this suite may use on the shared machine).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import jwt
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+from conftest import REQUIRE
+
+PORTS = range(5100, 5200)
+SERVICE, ISSUER = "gpuforge-test-registry", "gpuforge-test-token-server"
+
+
+def free_port() -> int:
+    for p in PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    pytest.fail("no free port in 5100-5199")
+
+
+def _key_and_cert(d: Path) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    (d / "token-ca.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert
+
+
+class TokenServer:
+    """Issues JWTs granting, per requested scope, only the actions the account may do."""
+
+    def __init__(self, d: Path, users: dict[str, tuple[str, set[str]]]):
+        self.key, self.cert = _key_and_cert(d)
+        self.users = users
+        self.issued: list[dict] = []  # the granted access of every token, for the tests to inspect
+        self.port = free_port()
+        self.realm = f"http://127.0.0.1:{self.port}/token"
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _answer(self, params: dict[str, list[str]]):
+                account = None
+                hdr = self.headers.get("Authorization", "")
+                if hdr.startswith("Basic "):
+                    user, _, pw = base64.b64decode(hdr[6:]).decode().partition(":")
+                    if server.users.get(user, ("",))[0] != pw:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    account = user
+                elif params.get("grant_type") == ["password"]:  # OAuth2 form (docker's refresh-token flow)
+                    user, pw = params.get("username", [""])[0], params.get("password", [""])[0]
+                    if server.users.get(user, ("",))[0] != pw:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    account = user
+                allowed = server.users[account][1] if account else set()
+                access = []
+                for scope in params.get("scope", []):
+                    for one in scope.split(" "):
+                        kind, _, rest = one.partition(":")
+                        name, _, actions = rest.rpartition(":")
+                        if kind == "repository":
+                            access.append({"type": kind, "name": name,
+                                           "actions": sorted(set(actions.split(",")) & allowed)})
+                server.issued.append({"account": account, "access": access})
+                now = int(time.time())
+                claims = {"iss": ISSUER, "sub": account or "", "aud": SERVICE, "iat": now, "nbf": now - 10,
+                          "exp": now + 300, "jti": uuid.uuid4().hex, "access": access}
+                x5c = base64.b64encode(server.cert.public_bytes(serialization.Encoding.DER)).decode()
+                token = jwt.encode(claims, server.key, algorithm="RS256", headers={"x5c": [x5c]})
+                body = json.dumps({"token": token, "access_token": token, "expires_in": 300,
+                                   "issued_at": dt.datetime.now(dt.UTC).isoformat()}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self._answer(parse_qs(urlparse(self.path).query))
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                self._answer(parse_qs(self.rfile.read(n).decode()))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class LocalRegistry:
+    """A docker-registry process; `auth` is None, ("htpasswd", users) or ("token", users)."""
+
+    def __init__(self, d: Path, auth: str | None, users: dict[str, tuple[str, set[str]]] | None = None):
+        exe = shutil.which("docker-registry")
+        if not exe:
+            msg = "needs Debian's docker-registry (apt-get install docker-registry)"
+            if REQUIRE:
+                pytest.fail(msg)
+            pytest.skip(msg)
+        self.tokens: TokenServer | None = TokenServer(d, users or {}) if auth == "token" else None
+        port = free_port()  # after the token server has bound its own
+        text = (f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {d / 'data'}\n  delete:\n    enabled: true\n"
+                f"http:\n  addr: 127.0.0.1:{port}\n")
+        if auth == "htpasswd":
+            lines = [subprocess.run(["htpasswd", "-Bbn", u, pw], capture_output=True, text=True, check=True).stdout.strip()
+                     for u, (pw, _) in (users or {}).items()]
+            (d / "htpasswd").write_text("\n".join(lines) + "\n")
+            text += f"auth:\n  htpasswd:\n    realm: gpuforge-test\n    path: {d / 'htpasswd'}\n"
+        elif auth == "token":
+            assert self.tokens
+            text += (f"auth:\n  token:\n    realm: {self.tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
+                     f"    rootcertbundle: {d / 'token-ca.pem'}\n")
+        (d / "config.yml").write_text(text)
+        self.log = open(d / "registry.log", "w")  # closed in stop()
+        self.proc = subprocess.Popen([exe, "serve", str(d / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT)
+        self.host = f"127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                requests.get(f"http://{self.host}/v2/", timeout=1)
+                return
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        self.stop()
+        pytest.fail(f"docker-registry did not start: {(d / 'registry.log').read_text()[-1000:]}")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        self.log.close()
+        if self.tokens:
+            self.tokens.stop()
