@@ -7,6 +7,7 @@ Each selector must match at least one target on its own, so a typo is an error, 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -15,14 +16,23 @@ from gpuforge.errors import SelectorError
 KEYS = ("id", "torch", "cuda", "python", "os", "flavor", "source")
 
 
-def _braces(pattern: str) -> list[str]:
-    m = re.search(r"\{([^{}]*)\}", pattern)
-    if not m:
-        return [pattern]
-    out = []
-    for alt in m.group(1).split(","):
-        out.extend(_braces(pattern[: m.start()] + alt + pattern[m.end():]))
-    return out
+MAX_PATTERNS = 1024  # what one selector's {a,b} braces may expand to (`{a,b}` x 30 would be 2**30)
+
+
+@functools.lru_cache(maxsize=4096)
+def _braces(pattern: str) -> tuple[str, ...]:
+    todo, out = [pattern], []
+    while todo:
+        p = todo.pop()
+        m = re.search(r"\{([^{}]*)\}", p)
+        if not m:
+            out.append(p)
+        else:
+            todo.extend(p[: m.start()] + alt + p[m.end():] for alt in reversed(m.group(1).split(",")))
+        if len(out) + len(todo) > MAX_PATTERNS:
+            msg = f"selector {pattern!r}: its {{a,b}} braces expand to more than {MAX_PATTERNS} patterns"
+            raise SelectorError(msg)
+    return tuple(out)
 
 
 def _glob(value: str, pattern: str) -> bool:
@@ -41,8 +51,10 @@ def _parse(sels: Iterable[str]) -> tuple[list[tuple[str, str]], list[str]]:
                 if not v:
                     msg = f"selector {s!r}: empty value (write {k}=VALUE)"
                     raise SelectorError(msg)
+                _braces(v)
                 kv.append((k, v))
             else:
+                _braces(s)
                 globs.append(s)
     return kv, globs
 
@@ -51,6 +63,15 @@ def _hit(target: object, kv: list[tuple[str, str]], globs: list[str]) -> bool:
     if not all(_glob(str(getattr(target, k)), v) for k, v in kv):
         return False
     return not globs or any(_glob(target.id, g) for g in globs)
+
+
+def compile(sels: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Parse (and check) selectors once, for `hit` on many targets."""
+    return _parse(sels)
+
+
+def hit(target: object, compiled: tuple[list[tuple[str, str]], list[str]]) -> bool:
+    return _hit(target, *compiled)
 
 
 def matches(target: object, sels: Sequence[str]) -> bool:

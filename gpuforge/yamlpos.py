@@ -1,4 +1,10 @@
-"""YAML loading that remembers where every value came from, so errors can name file:line."""
+"""Bounded YAML loading that remembers where every value came from, so errors can name file:line.
+
+matrix.yaml is untrusted input. The file is parsed once, by libyaml's event parser when present, and the
+data is built here from the events (iteratively: deep nesting cannot exhaust the C stack), with limits
+checked as the events arrive: file size, nesting depth, and how much alias expansion may add (a
+"billion laughs" file is refused at its first oversized alias, before anything walks the expanded tree).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,27 @@ from gpuforge.errors import ConfigError
 
 Loc = tuple  # a path of keys and list indexes, e.g. ("matrix", "include", 2, "cuda")
 
+MAX_BYTES = 1 << 20  # matrix files are a few KB; this is room for thousands of include entries
+MAX_DEPTH = 32
+MAX_ALIAS_VALUES = 10_000  # values that alias expansion may add in total
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+_KIND = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "a number", "tag:yaml.org,2002:float": "a number",
+         "tag:yaml.org,2002:null": "null", "tag:yaml.org,2002:timestamp": "a date"}
+
 
 class Positioned:
-    """Parsed YAML data plus a map from each value's path to its 1-based line."""
+    """Parsed YAML data plus each value's 1-based line and, for scalars, the text as written."""
 
-    def __init__(self, path: Path, data: object, lines: dict[Loc, int]):
+    def __init__(self, path: Path, data: object, lines: dict[Loc, int], raw: dict[Loc, str] | None = None):
         self.path = path
         self.data = data
         self.lines = lines
+        self.raw = raw or {}
 
     def line(self, loc: Loc) -> int:
         """The line of `loc`, or of its nearest ancestor that has one."""
@@ -29,44 +48,219 @@ class Positioned:
     def where(self, loc: Loc) -> str:
         return f"{self.path}:{self.line(loc)}"
 
-
-def _walk(path: Path, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
-    lines[loc] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        seen: set = set()
-        for k, v in node.value:
-            key = k.value
-            if key in seen:
-                # PyYAML keeps the last duplicate silently; a matrix with two `cuda:` keys is a mistake.
-                where = ".".join(str(p) for p in (*loc, key))
-                msg = f"{path}:{k.start_mark.line + 1}: {where}: duplicate key {key!r} (each key may appear once)"
-                raise ConfigError(msg)
-            seen.add(key)
-            _walk(path, v, (*loc, key), lines)
-            lines[(*loc, key)] = k.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _walk(path, v, (*loc, i), lines)
+    def written(self, loc: Loc, value: object) -> str:
+        """The value as the file spells it (`12.10`, `no`), for hints; repr-ish when unknown."""
+        text = self.raw.get(tuple(loc))
+        return text if text is not None else str(value)
 
 
-def load(path: Path) -> Positioned:
+class _Frame:
+    __slots__ = ("anchor", "data", "key", "loc", "mark", "merges", "seen", "size")
+
+    def __init__(self, data, loc, anchor, mark):
+        self.data, self.loc, self.anchor, self.mark = data, loc, anchor, mark
+        self.key = None
+        self.seen: set = set()
+        self.merges: list = []
+        self.size = 1
+
+
+class _Builder:
+    """Data from parser events; records lines and raw scalar text per loc; enforces the limits."""
+
+    def __init__(self, path: Path, loader):
+        self.path, self.loader = path, loader
+        self.lines: dict[Loc, int] = {}
+        self.raw: dict[Loc, str] = {}
+        self.anchors: dict[str, tuple[object, int]] = {}  # anchor -> (data, expanded size)
+        self.open_anchors: set[str] = set()
+        self.alias_values = 0
+
+    def fail(self, mark, text: str):
+        line = mark.line + 1 if mark is not None else 1
+        msg = f"{self.path}:{line}: {text}"
+        raise ConfigError(msg)
+
+    def scalar(self, ev) -> object:
+        tag = ev.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+        if tag == _STR:
+            return ev.value
+        ctor = self.loader.yaml_constructors.get(tag)
+        if ctor is None:
+            self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain strings, numbers, lists and mappings)")
+        try:
+            return ctor(self.loader, yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style))
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+            self.fail(ev.start_mark, f"cannot read {ev.value!r} as {tag.rsplit(':', 1)[-1]}: {getattr(e, 'problem', None) or e}")
+        return None
+
+    def build(self) -> object:
+        ld = self.loader
+        stack: list[_Frame] = []
+        root = None
+        docs = 0
+        while True:
+            ev = ld.get_event()
+            if isinstance(ev, yaml.StreamEndEvent):
+                return root
+            if isinstance(ev, yaml.DocumentStartEvent):
+                docs += 1
+                if docs > 1:
+                    self.fail(ev.start_mark, "more than one YAML document (---); a matrix file holds one")
+                continue
+            if isinstance(ev, yaml.StreamStartEvent | yaml.DocumentEndEvent):
+                continue
+            parent = stack[-1] if stack else None
+            if isinstance(ev, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                done = stack.pop()
+                parent = stack[-1] if stack else None
+                if isinstance(done.data, dict):
+                    for merged in done.merges:  # explicit keys win, then earlier merges over later ones
+                        for k, v in merged.items():
+                            done.data.setdefault(k, v)
+                if done.anchor:
+                    self.anchors[done.anchor] = (done.data, done.size)
+                    self.open_anchors.discard(done.anchor)
+                value, size, mark = done.data, done.size, done.mark
+            else:
+                loc = self._loc_for(parent, ev)
+                if isinstance(ev, yaml.AliasEvent):
+                    if ev.anchor in self.open_anchors:
+                        self.fail(ev.start_mark, f"alias *{ev.anchor} refers to a value that contains it (recursive)")
+                    if ev.anchor not in self.anchors:
+                        self.fail(ev.start_mark, f"alias *{ev.anchor} has no anchor &{ev.anchor} before it")
+                    value, size = self.anchors[ev.anchor]
+                    self.alias_values += size
+                    if self.alias_values > MAX_ALIAS_VALUES:
+                        self.fail(ev.start_mark, f"YAML aliases expand to more than {MAX_ALIAS_VALUES:,} values "
+                                                 f"(at *{ev.anchor}); refused as an alias bomb: write the values out")
+                elif isinstance(ev, yaml.ScalarEvent):
+                    if parent is not None and isinstance(parent.data, dict) and parent.key is None:
+                        self._key(parent, ev)
+                        parent.size += 1
+                        continue
+                    value, size = self.scalar(ev), 1
+                    if loc is not None:
+                        self.raw[loc] = ev.value
+                else:  # a mapping or sequence starts
+                    tag = ev.tag if ev.tag not in (None, "!") else None
+                    is_map = isinstance(ev, yaml.MappingStartEvent)
+                    if tag not in (None, _MAP if is_map else _SEQ):
+                        self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain lists and mappings)")
+                    if len(stack) >= MAX_DEPTH:
+                        self.fail(ev.start_mark, f"nested deeper than {MAX_DEPTH} levels")
+                    if loc is not None:
+                        self.lines.setdefault(loc, ev.start_mark.line + 1)
+                    frame = _Frame({} if is_map else [], loc, ev.anchor, ev.start_mark)
+                    if parent is not None and parent.key is None and isinstance(parent.data, dict):
+                        self.fail(ev.start_mark, "a mapping key must be a plain string, not a list or mapping")
+                    if ev.anchor:
+                        self.open_anchors.add(ev.anchor)
+                    stack.append(frame)
+                    continue
+                mark = ev.start_mark
+                if loc is not None:
+                    self.lines.setdefault(loc, mark.line + 1)
+                if ev.anchor:
+                    self.anchors[ev.anchor] = (value, size)
+            if parent is None:
+                root = value
+                continue
+            parent.size += size
+            if isinstance(parent.data, list):
+                parent.data.append(value)
+            elif parent.key is None:
+                self.fail(ev.start_mark, "a mapping key must be a plain string, not an alias")
+            else:
+                if parent.key is _MERGE_KEY:
+                    self._merge(parent, value, mark)
+                else:
+                    parent.data[parent.key] = value
+                parent.key = None
+
+    def _loc_for(self, parent: _Frame | None, ev) -> Loc | None:
+        if parent is None:
+            return ()
+        if parent.loc is None:
+            return None
+        if isinstance(parent.data, list):
+            return (*parent.loc, len(parent.data))
+        if parent.key is None or parent.key is _MERGE_KEY:
+            return None  # a key, or a merged value: positions come from the keys themselves
+        return (*parent.loc, parent.key)
+
+    def _key(self, parent: _Frame, ev) -> None:
+        value = ev.value
+        tag = ev.tag if ev.tag not in (None, "!") else self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
+        if tag == _MERGE:
+            parent.key = _MERGE_KEY
+            return
+        if tag != _STR:
+            self.fail(ev.start_mark, f'the key {ev.value} is read by YAML as {_KIND.get(tag, tag)}; quote it: "{ev.value}"')
+        if value in parent.seen:
+            where = ".".join(str(p) for p in (*(parent.loc or ()), value))
+            self.fail(ev.start_mark, f"{where}: duplicate key {value!r} (each key may appear once)")
+        parent.seen.add(value)
+        parent.key = value
+        if parent.loc is not None:
+            self.lines[(*parent.loc, value)] = ev.start_mark.line + 1
+
+    def _merge(self, parent: _Frame, value, mark) -> None:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(m, dict) for m in items):
+            self.fail(mark, "<< (merge) needs a mapping or a list of mappings")
+        parent.merges.extend(items)
+
+
+_MERGE_KEY = object()
+
+
+def _read(path: Path) -> str:
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         msg = f"{path}: file not found (pass --matrix PATH or run from the project root)"
+        raise ConfigError(msg) from None
+    except IsADirectoryError:
+        msg = f"{path}: is a directory, not a matrix file"
         raise ConfigError(msg) from None
     except OSError as e:
         msg = f"{path}: cannot read: {e.strerror}"
         raise ConfigError(msg) from None
+    if len(data) > MAX_BYTES:
+        msg = f"{path}:1: larger than {MAX_BYTES // 1024} KiB; a matrix file this big is refused (it is a few KB normally)"
+        raise ConfigError(msg)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        line = mark.line + 1 if mark else 1
-        msg = f"{path}:{line}: not valid YAML: {e.problem}"
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        msg = f"{path}:{line}: not UTF-8 text: byte 0x{data[e.start]:02x} at column {col} (save the file as UTF-8)"
         raise ConfigError(msg) from None
-    lines: dict[Loc, int] = {}
-    if node is not None:
-        _walk(path, node, (), lines)
-    return Positioned(path, data, lines)
+
+
+def load(path: Path) -> Positioned:
+    text = _read(path)
+    loader = _Loader(text)
+    builder = _Builder(path, loader)
+    try:
+        data = builder.build()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 1
+        msg = f"{path}:{line}: not valid YAML: {e.problem or e.context}"
+        raise ConfigError(msg) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        code = e.character if isinstance(e.character, int) else ord(str(e.character)[:1] or "\0")
+        msg = f"{path}:{line}: not valid YAML: {e.reason} (character U+{code:04X}; remove it)"
+        raise ConfigError(msg) from None
+    except yaml.YAMLError as e:
+        msg = f"{path}:1: not valid YAML: {str(e).splitlines()[0]}"
+        raise ConfigError(msg) from None
+    finally:
+        loader.dispose()
+    return Positioned(path, data, builder.lines, builder.raw)

@@ -1,0 +1,242 @@
+"""The grammar of every matrix.yaml string that reaches a Dockerfile, a shell command or an image tag.
+
+Each check returns the value unchanged or raises ValueError with a one-line reason that says what is
+allowed (pydantic validators and the plan-time checks in gpuforge.matrix both call these). The
+templates quote what they render as well (gpuforge.render); these checks are the first line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import string
+import unicodedata
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+# Debian policy 5.6.1/5.6.12: lowercase name of 2+ characters; version [epoch:]upstream[-revision].
+_DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
+_DEB_VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*\Z")
+
+# distribution/reference (reference/regexp.go), ASCII only.
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[_.]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])"
+_DOMAIN = rf"{_HOST}(?::[0-9]+)?"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_REPOSITORY_RE = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
+_DOMAIN_RE = re.compile(rf"{_DOMAIN}\Z")
+_TAG_RE = re.compile(rf"{_TAG}\Z")
+_REFERENCE_RE = re.compile(
+    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z")
+NAME_MAX = 255  # distribution/reference NameTotalLengthMax
+TAG_MAX = 128
+
+# useradd names (shadow-utils' default NAME_REGEX, 32 characters at most).
+_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+# Accounts and groups that the bases already have (Debian's base-passwd, Ubuntu's base image, and what the
+# packages gpuforge installs create): `useradd` of one of these fails at build time, or worse, the image's
+# user would be an existing system account. `ubuntu` is not here: the template removes that user first.
+SYSTEM_ACCOUNTS = frozenset("""
+    root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats nobody nogroup
+    _apt adm tty disk kmem dialout fax voice cdrom floppy tape sudo audio dip operator src shadow utmp video
+    sasl plugdev staff users input sgx kvm render netdev crontab messagebus systemd-journal systemd-network
+    systemd-resolve systemd-timesync systemd-coredump sshd ssh _ssh tss lastlog uuidd syslog polkitd
+""".split())
+
+# URLs: RFC 3986 characters only (no whitespace, quotes, backslashes or control characters).
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+\Z")
+
+# torch and the packages whose versions are fixed by the torch release: pip_packages may not replace them.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton")
+
+
+def nearest(value: object, allowed) -> str:
+    """'; did you mean "x"?' for a typo close to one allowed value, else ''."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]!r}?" if close else ""
+
+
+def printable(value: str) -> str | None:
+    """Why `value` cannot go into a Dockerfile line at all (control or line-break characters), or None."""
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs"):
+            return f"character {i + 1} is the control character {ch!r}"
+    return None
+
+
+def _plain(value: str, what: str) -> None:
+    why = printable(value)
+    if why:
+        msg = f"{what} may not contain control characters or line breaks ({why})"
+        raise ValueError(msg)
+
+
+def apt_package(value: str) -> str:
+    """`name` or `name=version`, as `apt-get install` takes them."""
+    _plain(value, "an apt package")
+    name, eq, version = value.partition("=")
+    if not _DEB_NAME.match(name):
+        msg = (f"{value!r} is not a Debian package name (allowed: lowercase letters, digits and + . -, "
+               "starting with a letter or digit, optionally =VERSION; e.g. vim or vim=2:9.0.1378-2)")
+        raise ValueError(msg)
+    if eq and not _DEB_VERSION.match(version):
+        msg = f"{value!r}: {version!r} is not a Debian version (allowed: [EPOCH:]UPSTREAM[-REVISION], e.g. 2:9.0.1378-2)"
+        raise ValueError(msg)
+    return value
+
+
+def pip_requirement(value: str) -> Requirement:
+    """One PEP 508 requirement from an index (no URLs, no pip options, not a torch-family package)."""
+    _plain(value, "a pip requirement")
+    if value.lstrip().startswith("-"):
+        msg = f"{value!r} is a pip option, not a requirement (allowed: PEP 508 requirements such as rich==15.0.0)"
+        raise ValueError(msg)
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as e:
+        first = str(e).splitlines()[0]
+        msg = f"{value!r} is not a pip requirement ({first}); allowed: PEP 508, e.g. rich==15.0.0 or rich>=15"
+        raise ValueError(msg) from None
+    if req.url:
+        msg = f"{value!r}: direct URL requirements are not allowed; publish the package to an index (pypi_url)"
+        raise ValueError(msg)
+    if canonicalize_name(req.name) in TORCH_FAMILY:
+        msg = (f"{value!r} would replace {req.name}, which gpuforge pins for the target's torch release; "
+               "change the matrix's `torch` axis instead")
+        raise ValueError(msg)
+    return req
+
+
+def url(value: str, *, what: str = "a URL") -> str:
+    """An http(s) URL with a host, no credentials, no whitespace or control characters."""
+    _plain(value, what)
+    if not _URL_CHARS.match(value):
+        bad = next((c for c in value if not _URL_CHARS.match(c)), " ")
+        msg = f"{value!r} is not {what}: {bad!r} is not allowed in a URL (percent-encode it)"
+        raise ValueError(msg)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as e:
+        msg = f"{value!r} is not {what}: {e}"
+        raise ValueError(msg) from None
+    if parts.scheme not in ("http", "https"):
+        if not parts.scheme or "//" not in value:
+            msg = f"{value!r} is not {what}: it needs a scheme, e.g. https://{value.split('://')[-1]}"
+        else:
+            msg = f"{value!r} is not {what}: scheme {parts.scheme!r} is not allowed (allowed: http, https)"
+        raise ValueError(msg)
+    if "@" in parts.netloc:
+        msg = (f"{what} may not contain credentials (user:password@): they would be written into the Dockerfile "
+               "and `docker history`; keep them in a build secret or in your pip/docker config")
+        raise ValueError(msg)
+    if not parts.hostname:
+        msg = f"{value!r} is not {what}: it has no host"
+        raise ValueError(msg)
+    return value
+
+
+def registry(value: str) -> str:
+    """HOST[:PORT] of a registry (empty: images are named by the repository alone)."""
+    if value == "":
+        return value
+    _plain(value, "a registry")
+    if "://" in value:
+        msg = f"{value!r}: a registry is HOST[:PORT] without a scheme, e.g. {value.split('://', 1)[1].rstrip('/')}"
+        raise ValueError(msg)
+    if not _DOMAIN_RE.match(value):
+        msg = f"{value!r} is not a registry address (allowed: HOST[:PORT], e.g. ghcr.io or 127.0.0.1:5000)"
+        raise ValueError(msg)
+    return value
+
+
+def repository(value: str) -> str:
+    _plain(value, "a repository")
+    if not _REPOSITORY_RE.match(value):
+        msg = (f"{value!r} is not a repository name (allowed: lowercase path components of letters and digits "
+               "joined by . _ - and /, e.g. gpuforge/pytorch)")
+        raise ValueError(msg)
+    return value
+
+
+def tag(value: str, *, room: int = 0) -> str:
+    """A tag by the distribution grammar; `room` characters are kept free for suffixes added later."""
+    _plain(value, "a tag")
+    if not _TAG_RE.match(value):
+        msg = (f"{value!r} is not a valid tag (allowed: letters, digits, _ . -, not starting with . or -, "
+               f"at most {TAG_MAX} characters)")
+        raise ValueError(msg)
+    if len(value) > TAG_MAX - room:
+        msg = f"{value!r} is {len(value)} characters; tags may have at most {TAG_MAX - room} here ({TAG_MAX} minus suffixes)"
+        raise ValueError(msg)
+    return value
+
+
+def image_reference(value: str) -> str:
+    """NAME[:TAG][@DIGEST] as docker pull takes it."""
+    _plain(value, "an image reference")
+    m = _REFERENCE_RE.match(value)
+    if not m:
+        msg = (f"{value!r} is not an image reference (allowed: [REGISTRY/]NAME[:TAG][@DIGEST] with a lowercase "
+               "name, e.g. ubuntu:24.04 or registry.example.com/mirror/ubuntu:24.04)")
+        raise ValueError(msg)
+    name_len = len(value.split("@")[0].rsplit(":", 1)[0] if m.group("tag") else value.split("@")[0])
+    if name_len > NAME_MAX:
+        msg = f"{value!r}: the image name is longer than {NAME_MAX} characters"
+        raise ValueError(msg)
+    return value
+
+
+def split_reference(value: str) -> tuple[str, str | None]:
+    """(last path component of the name, tag or None) of a valid reference."""
+    m = _REFERENCE_RE.match(value)
+    path = m.group("path") if m else value
+    return path.rsplit("/", 1)[-1], (m.group("tag") if m else None)
+
+
+def user_name(value: str) -> str:
+    _plain(value, "a user name")
+    if not _USER_RE.match(value):
+        msg = (f"{value!r} is not a user name (allowed: lowercase letters, digits, _ and -, starting with a letter "
+               "or _, at most 32 characters)")
+        raise ValueError(msg)
+    if value in SYSTEM_ACCOUNTS:
+        msg = (f"{value!r} is an account or group the base image already has; the image's user must be a new, "
+               "unprivileged account (e.g. gpuforge)")
+        raise ValueError(msg)
+    return value
+
+
+def placeholders(template: str, allowed, *, what: str, required=()) -> str:
+    """Only plain {name} placeholders from `allowed`: no format specs, conversions, attributes or indexes
+    (a spec like {id:>999999999} would allocate gigabytes)."""
+    _plain(template, what)
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as e:
+        msg = f"{template!r} is not a valid {what}: {e} (write {{{{ and }}}} for literal braces)"
+        raise ValueError(msg) from None
+    names = set()
+    for _, name, spec, conv in fields:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conv:
+            shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            msg = f"{what} {template!r}: {shown} is not allowed (only plain placeholders: {', '.join('{' + a + '}' for a in allowed)})"
+            raise ValueError(msg)
+        if name not in allowed:
+            msg = (f"{what} {template!r}: unknown placeholder {{{name}}} "
+                   f"(allowed: {', '.join('{' + a + '}' for a in allowed)}){nearest(name, allowed)}")
+            raise ValueError(msg)
+        names.add(name)
+    missing = [r for r in required if r not in names]
+    if missing:
+        msg = f"{what} {template!r} must contain {', '.join('{' + r + '}' for r in missing)}"
+        raise ValueError(msg)
+    return template
