@@ -9,8 +9,13 @@ nox.options.reuse_venv = "yes"
 PY = "3.11"
 
 
+LOCK = "requirements/dev.lock"  # every dependency and extra, pinned with hashes (`nox -s lock` rewrites it)
+
+
 def _install(session: nox.Session, *extras: str) -> None:
-    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    """The locked environment (hash-checked), then gpuforge itself without resolving anything."""
+    session.install("--require-hashes", "-r", LOCK)
+    session.install("--no-deps", "-e", ".")
 
 
 @nox.session(python=PY)
@@ -88,6 +93,16 @@ def tests(session: nox.Session) -> None:
     """The toolkit's own tests: unit + integration against a real engine and registry."""
     _install(session, "validate", "lint")
     session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra"]))
+
+
+@nox.session(python=PY, default=False, tags=["maintenance"])
+def lock(session: nox.Session) -> None:
+    """Re-resolve requirements/*.lock (gpuforge's environments) and the images' locks with uv, pinned."""
+    _install(session)
+    session.run("python", "-c", "from pathlib import Path; from gpuforge import locks; "
+                "print(*locks.compile_dev_locks(Path('.')), sep='\\n')")
+    session.run("gpuforge", "lock")
+    session.run("gpuforge", "generate")
 
 
 @nox.session(python=PY, default=False, tags=["bench"])

@@ -35,6 +35,23 @@ def redact(text: str) -> str:
     return _CREDS.sub(r"\1***@", text)
 
 
+# Where a host's clients find the CA bundle they trust (a TLS-intercepting proxy's CA lives there),
+# in the order pip itself reads them.
+HOST_TRUST_ENV = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+def host_trust():
+    """The host's pip trust as an options.Resolved (None when unset): the build's CA secret by default."""
+    from gpuforge import options
+
+    for env in HOST_TRUST_ENV:
+        value = os.environ.get(env)
+        if value:
+            return options.existing_file(options.Resolved("extra_ca", value, env),
+                                         "the host's CA bundle, passed to the build as a secret; fix or unset it")
+    return None
+
+
 @dataclass(kw_only=True)
 class BuildOptions:
     jobs: int = 1
@@ -44,6 +61,7 @@ class BuildOptions:
     cache_from: list[str] = field(default_factory=list)
     cache_to: str | None = None
     client: str | None = None
+    driver: str = "auto"  # auto | buildx | classic
     index_url: str | None = None
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
@@ -100,6 +118,39 @@ def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts
     return [*argv, str(root)]  # one context for every target: the project root, whitelisted by .dockerignore
 
 
+# Common build failures, recognised in the log, as (pattern, what it means and how to fix it); the
+# first match is named in the error line instead of the log's last line.
+DIAGNOSES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), why) for p, why in (
+    (r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate|UnknownIssuer|"
+     r"self[- ]signed certificate in certificate chain",
+     "TLS certificate verification failed (a TLS-intercepting proxy?): pass its CA bundle with --extra-ca FILE "
+     "or GPUFORGE_EXTRA_CA (by default gpuforge passes the host's PIP_CERT/SSL_CERT_FILE/REQUESTS_CA_BUNDLE)"),
+    (r"no space left on device",
+     "no space left on device: free disk for the engine (docker image prune; docker builder prune) or move its data-root"),
+    (r"pull access denied|failed to resolve source metadata for|manifest unknown|failed to do request: Head .*/manifests/|"
+     r"repository does not exist|(?:base|FROM) image .* not found",
+     "the base image cannot be pulled: check the name/tag, `docker login`, or mirror it and point matrix.yaml's "
+     "bases / cuda_base_image at the mirror"),
+    (r"No matching distribution found for|Because there is no version of|no version of \S+ (?:==|matching)|"
+     r"Could not find a version that satisfies the requirement|unsatisfiable",
+     "a pinned Python package version is not on the index: check the pin (gpuforge/image/data/compat.yaml, "
+     "data/image.yaml) or point --index-url / --pypi-url at an index that has it"),
+    (r"Failed to fetch|Temporary failure in name resolution|Could not resolve host|Connection refused|"
+     r"Network is unreachable|ConnectTimeout|Max retries exceeded|error sending request for url|dns error|"
+     r"Failed to download|timed out",
+     "a package index or mirror is unreachable from the build: check the network/proxy, or use --index-url / "
+     "--pypi-url (and matrix.yaml's mirrors) to reach one that is"),
+))
+
+
+def diagnose(log_text: str) -> str | None:
+    """What a failed build's log says went wrong, as an actionable sentence (None when unrecognised)."""
+    for pattern, why in DIAGNOSES:
+        if pattern.search(log_text):
+            return why
+    return None
+
+
 class _Runner:
     """Runs builds, tracks child processes so Ctrl-C or a failure (without --keep-going) stops them."""
 
@@ -154,7 +205,9 @@ class _Runner:
             if rc != 0 or not iid.exists():
                 r.state = "failed"
                 why = "interrupted" if self.stop.is_set() else f"exit {rc}"
-                r.error = f"build failed ({why}); log: {r.log}; last line: {r.last_line}"
+                cause = None if self.stop.is_set() else diagnose(r.log.read_text(errors="replace"))
+                r.error = (f"build failed ({why}): {cause}; log: {r.log}" if cause else
+                           f"build failed ({why}); log: {r.log}; last line: {r.last_line}")
                 if not self.opts.keep_going:
                     self.kill_all()
                 return r
@@ -191,7 +244,7 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         raise ConfigError(msg)
     if opts.context_root is None:
         render.check(targets, all_targets=False)
-    driver = engine.choose_driver(opts.client)
+    driver = engine.choose_driver(opts.client, opts.driver)
     engine.client()
     print(driver.describe(), flush=True)
     if opts.builder and driver.name != "buildx":

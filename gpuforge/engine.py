@@ -80,8 +80,9 @@ def _has_buildx(exe: str) -> bool:
         return False
 
 
-def choose_driver(preferred_client: str | None = None) -> Driver:
-    """buildx on the first client that has it, else classic BuildKit on the first client < 23."""
+def choose_driver(preferred_client: str | None = None, want: str = "auto") -> Driver:
+    """buildx on the first client that has it, else classic BuildKit on the first client < 23.
+    `want` = buildx or classic forces that driver (classic keeps the fallback path tested)."""
     if preferred_client:
         exe = shutil.which(preferred_client) or preferred_client
         if not Path(exe).exists():
@@ -94,16 +95,24 @@ def choose_driver(preferred_client: str | None = None) -> Driver:
         msg = "no docker client on PATH; install one (Debian: apt-get install docker.io)"
         raise EngineError(msg)
     versions = {c: _version(c) for c in candidates}
-    for c in candidates:
-        if versions[c] and _has_buildx(c):
-            return Driver(name="buildx", client=c, client_version=versions[c])
-    for c in candidates:
-        try:
-            if versions[c] and Version(versions[c].split("+")[0].split("-")[0]) < Version("23"):
-                return Driver(name="classic", client=c, client_version=versions[c])
-        except InvalidVersion:
-            continue
+    if want in ("auto", "buildx"):
+        for c in candidates:
+            if versions[c] and _has_buildx(c):
+                return Driver(name="buildx", client=c, client_version=versions[c])
+    if want in ("auto", "classic"):
+        for c in candidates:
+            try:
+                if versions[c] and Version(versions[c].split("+")[0].split("-")[0]) < Version("23"):
+                    return Driver(name="classic", client=c, client_version=versions[c])
+            except InvalidVersion:
+                continue
     found = ", ".join(f"{c} {versions[c] or '(broken)'}" for c in candidates)
-    msg = (f"no docker client can run BuildKit builds (found: {found}): install the buildx plugin "
-           "(docker-buildx-plugin) or a docker.io 20.10 client")
+    if want == "buildx":
+        msg = (f"--driver buildx: no docker client has the buildx plugin (found: {found}); install it "
+               "(`bash tools/start-engine.sh` does; Debian: docker-buildx, docker-ce: docker-buildx-plugin)")
+    elif want == "classic":
+        msg = f"--driver classic needs a docker client older than 23 (found: {found}); Debian's docker.io 20.10 has one"
+    else:
+        msg = (f"no docker client can run BuildKit builds (found: {found}): install the buildx plugin "
+               "(docker-buildx-plugin) or a docker.io 20.10 client")
     raise EngineError(msg)

@@ -1,4 +1,4 @@
-"""Targets -> images/dist/<id>/ (Dockerfile, target.json, constraints.txt) and the root .dockerignore.
+"""Targets -> images/dist/<id>/ (Dockerfile, target.json, constraints.txt), the fleet's bake file and the root .dockerignore.
 
 Every image builds from one context, the project root, with `-f images/dist/<id>/Dockerfile`; the
 .dockerignore whitelists what images may COPY (paths.CONTEXT_PATHS). Only what really differs per
@@ -8,6 +8,7 @@ target is generated. Deterministic; committed; `--check` finds drift.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from gpuforge import paths
+from gpuforge import locks, paths
 from gpuforge.errors import ConfigError
 from gpuforge.labels import expected_labels
 from gpuforge.matrix import Target
@@ -47,20 +48,59 @@ def labels(t: Target) -> list[tuple[str, str]]:
     return sorted(out.items())
 
 
+def pip_tools(t: Target) -> list[str]:
+    """What the image pip-installs besides torch (exact pins, from image.yaml and the target's settings)."""
+    return [*image_spec()["pip"], *t.settings.pip_packages]
+
+
+def constraints(t: Target) -> str:
+    """Every package's exact version: compat's CUDA wheels, then the Python + torch lock (gpuforge/locks.py)."""
+    pinned = dict(sorted(t.variant.nvidia_pins.items()))
+    for name, ver in locks.image_pins(t).items():
+        pinned.setdefault(name, ver)
+    return "".join(f"{k}=={val}\n" for k, val in sorted(pinned.items()))
+
+
 def render_target(t: Target) -> dict[str, bytes]:
     """The target's generated files, name -> bytes (nothing written)."""
     spec = image_spec()
     apt = sorted({*spec["apt"]["common"], *(spec["apt"]["devel"] if t.flavor == "devel" else []),
                   *t.settings.apt_packages})
-    pip_tools = [*spec["pip"], *t.settings.pip_packages]
     dockerfile = _env().get_template("Dockerfile.j2").render(
-        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools, labels=labels(t),
+        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), labels=labels(t), uv=spec["uv"],
         dist=f"images/dist/{t.id}")
     return {
         "Dockerfile": dockerfile.encode(),
         "target.json": t.expected_json().encode(),
-        "constraints.txt": "".join(f"{k}=={val}\n" for k, val in sorted(t.variant.nvidia_pins.items())).encode(),
+        "constraints.txt": constraints(t).encode(),
     }
+
+
+BAKE = "images/dist/docker-bake.json"
+
+
+def bake_file(targets: list[Target], defaults: list[Target]) -> str:
+    """A `docker buildx bake` file for the fleet (groups `default` and `all`), so a remote or Kubernetes
+    BuildKit (`--builder`) can build the whole matrix. Paths are relative to the repository root, where
+    bake runs; the CA bundle is a secret (variable GPUFORGE_CA), never a layer. Bases must be pullable
+    by the builder (or bootstrapped first with `gpuforge build`)."""
+    doc = {
+        "variable": {"GPUFORGE_CA": {"default": "/etc/ssl/certs/ca-certificates.crt"},
+                     "GPUFORGE_REVISION": {"default": "unknown"}},
+        "group": {"default": {"targets": [t.id for t in defaults]}, "all": {"targets": [t.id for t in targets]}},
+        "target": {t.id: {"context": ".", "dockerfile": f"images/dist/{t.id}/Dockerfile", "tags": list(t.tags),
+                          "secret": ["id=ca,src=${GPUFORGE_CA}"],
+                          "labels": {"org.opencontainers.image.revision": "${GPUFORGE_REVISION}"}}
+                   for t in targets},
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_bake(targets: list[Target], defaults: list[Target]) -> Path:
+    f = paths.project_root() / BAKE
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(bake_file(targets, defaults))
+    return f
 
 
 def dockerignore() -> str:
@@ -106,8 +146,9 @@ def write_dockerignore(root: Path | None = None) -> Path:
     return f
 
 
-def stale(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True) -> list[str]:
-    """Paths that differ from what `generate` would write (missing, changed or extra)."""
+def stale(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True, bake: str | None = None) -> list[str]:
+    """Paths that differ from what `generate` would write (missing, changed or extra); `bake`: the
+    expected bake file (full checks only)."""
     root = paths.project_root()
     dist = dist or paths.dist()
 
@@ -130,6 +171,9 @@ def stale(targets: list[Target], dist: Path | None = None, *, all_targets: bool 
     if all_targets and dist.exists():
         ids = {t.id for t in targets}
         bad.extend(show(p) for p in sorted(dist.iterdir()) if p.is_dir() and p.name not in ids)
+    if bake is not None and (not (root / BAKE).is_file() or (root / BAKE).read_text() != bake):
+        bad.append(BAKE)
+    bad.extend(locks.stale_image_locks(targets))  # an image lock compiled from other inputs: `gpuforge lock`
     return bad
 
 
@@ -143,8 +187,8 @@ def prune(targets: list[Target], dist: Path | None = None) -> list[Path]:
     return gone
 
 
-def check(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True) -> None:
-    bad = stale(targets, dist, all_targets=all_targets)
+def check(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True, bake: str | None = None) -> None:
+    bad = stale(targets, dist, all_targets=all_targets, bake=bake)
     if bad:
         shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else "")
         msg = f"generated files are stale; run `gpuforge generate` and commit:\n  {shown}"

@@ -16,6 +16,7 @@ from pathlib import Path
 import docker.errors
 
 from gpuforge import engine, evidence, paths, records, report, run
+from gpuforge import sbom as cyclonedx
 from gpuforge.errors import EngineError, ValidationFailed
 from gpuforge.matrix import Matrix, Target, load_matrix
 
@@ -80,6 +81,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         if sbom:  # the image's package manifest, bound to the image id like the report
             (out / "sbom.json").write_text(json.dumps({"target": t.id, "image_id": rec["image_id"], **sbom},
                                                       indent=2, sort_keys=True) + "\n")
+            cyclonedx.write(out / "sbom.cdx.json", target_id=t.id, image_id=rec["image_id"], os_name=t.os, inventory=sbom)
         print(md)
         # the report's digest: promote refuses a report file changed after this point
         kind = "gpu_report" if gpu else "report"

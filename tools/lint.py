@@ -1,4 +1,5 @@
-"""`nox -s lint`: hadolint (generated Dockerfiles), ruff (Python), shellcheck (scripts), workflow check.
+"""`nox -s lint`: hadolint (generated Dockerfiles), ruff (Python), shellcheck (scripts), the workflows
+(check-jsonschema + zizmor, tools/workflows.py) and the lock file (requirements/dev.lock matches pyproject.toml).
 
 Repository maintenance, not part of the package: run from the checkout (`python tools/lint.py`).
 """
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import workflows
+from gpuforge import locks
 from gpuforge.engine import echo_cmd
 
 ROOT = Path(__file__).resolve().parent.parent  # tools/ lives in the checkout it lints
@@ -35,9 +37,10 @@ def main() -> int:
         ok &= _run(["hadolint", "--config", ".hadolint.yaml", *dockerfiles])
     ok &= _run(["ruff", "check", *PYTHON])
     ok &= _run(["shellcheck", *SHELL])
-    bad = [p for f in sorted((ROOT / ".github" / "workflows").glob("*.yml")) for p in workflows.problems(f)]
+    bad = workflows.problems(sorted((ROOT / ".github" / "workflows").glob("*.yml")))
+    bad += locks.dev_lock_problems(ROOT)
     for b in bad:
-        print(f"workflow: {b}", file=sys.stderr)
+        print(f"lint: {b}", file=sys.stderr)
     ok &= not bad
     print("lint: clean" if ok else "lint: findings above", file=sys.stderr)
     return 0 if ok else 1

@@ -1,23 +1,69 @@
 #!/usr/bin/env bash
-# Install and start a local Docker engine (Debian's docker.io 20.10, built-in BuildKit) plus what
-# gpuforge's bootstrapped bases and registry tests use. For bare Debian boxes with no systemd (CI).
-# Idempotent; starts dockerd only when no engine answers, and stops nothing.
+# The one set-up step on a bare Debian 12 box (no systemd, like CI): installs and starts a Docker
+# engine (Debian's docker.io 20.10) with the buildx plugin from trixie, the tools gpuforge's bases and
+# registry tests use, and nox (from the hashed requirements/nox.lock) as /usr/local/bin/nox.
+# Run as root, or as a user with sudo (it re-runs itself through sudo). Idempotent; starts dockerd
+# only when no engine answers, and stops nothing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        exec sudo --preserve-env=PIP_CERT,SSL_CERT_FILE,REQUESTS_CA_BUNDLE,http_proxy,https_proxy,no_proxy \
+            SUDO_INVOKER="$(id -un)" bash "$0" "$@"
+    fi
+    echo "start-engine: needs root (apt-get, dockerd) and there is no sudo; run it as root" >&2
+    exit 1
+fi
+
+# Newer Docker parts from trixie, pinned; they install on bookworm (they need only libc6 >= 2.34).
+# One word per package (name=version); #11 adds cosign here.
+TRIXIE=(docker-buildx=0.13.1+ds1-3)
 
 need=()
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
            openssl:openssl ssh:openssh-client; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
-if [ "${#need[@]}" -gt 0 ]; then
-    echo "start-engine: installing ${need[*]}"
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it
+trixie_need=()
+for pkg in "${TRIXIE[@]}"; do
+    [ "$(dpkg-query -W -f='${Version}' "${pkg%%=*}" 2>/dev/null || true)" = "${pkg#*=}" ] || trixie_need+=("$pkg")
+done
+
+if [ "${#trixie_need[@]}" -gt 0 ]; then
+    # trixie as a source at priority 100: nothing is upgraded from it unless named with -t trixie
+    if ! grep -rqsE '^(Suites:.*\btrixie\b|deb .* trixie )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
+            /usr/share/keyrings/debian-archive-keyring.gpg >/etc/apt/sources.list.d/gpuforge-trixie.sources
+    fi
+    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >/etc/apt/preferences.d/gpuforge-trixie
+fi
+if [ "${#need[@]}" -gt 0 ] || [ "${#trixie_need[@]}" -gt 0 ]; then
+    echo "start-engine: installing ${need[*]} ${trixie_need[*]}"
     apt-get update -q
     # the same install as ENVIRONMENT.md measured (recommends included)
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
+    [ "${#need[@]}" -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
+    [ "${#trixie_need[@]}" -eq 0 ] ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t trixie --no-install-recommends "${trixie_need[@]}" >/dev/null
+fi
+
+# nox, pinned with hashes, in its own venv (Debian's python3 is externally managed)
+NOX_VENV=/opt/gpuforge-nox
+if ! cmp -s requirements/nox.lock "$NOX_VENV/nox.lock" 2>/dev/null; then
+    echo "start-engine: installing nox into $NOX_VENV (requirements/nox.lock)"
+    python3 -m venv --clear "$NOX_VENV"
+    "$NOX_VENV/bin/python" -m pip install -q --require-hashes --no-deps -r requirements/nox.lock
+    cp requirements/nox.lock "$NOX_VENV/nox.lock"
+fi
+ln -sf "$NOX_VENV/bin/nox" /usr/local/bin/nox
+if [ -n "${SUDO_INVOKER:-}" ] && getent group docker >/dev/null && ! id -nG "$SUDO_INVOKER" | grep -qw docker; then
+    usermod -aG docker "$SUDO_INVOKER"
+    echo "start-engine: added $SUDO_INVOKER to the docker group; log in again (or \`newgrp docker\`) to use the engine"
 fi
 
 if /usr/bin/docker info >/dev/null 2>&1; then
-    echo "start-engine: an engine is already running"
+    echo "start-engine: an engine is already running; $(/usr/bin/docker buildx version 2>/dev/null || echo 'no buildx')"
     exit 0
 fi
 echo "start-engine: starting dockerd (log: /var/log/dockerd.log)"
@@ -25,6 +71,7 @@ nohup dockerd >/var/log/dockerd.log 2>&1 &
 for _ in $(seq 1 60); do
     if /usr/bin/docker info >/dev/null 2>&1; then
         /usr/bin/docker version --format 'start-engine: engine {{.Server.Version}} (API {{.Server.APIVersion}})'
+        echo "start-engine: $(/usr/bin/docker buildx version 2>/dev/null || echo 'no buildx')"
         exit 0
     fi
     sleep 1
