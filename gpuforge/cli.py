@@ -54,7 +54,8 @@ def cmd_generate(args) -> int:
 
     m, targets = _targets(args, all_by_default=True)
     if args.check:
-        render.check(targets, all_targets=not args.selectors)
+        render.check(targets, all_targets=not args.selectors,
+                     bake=None if args.selectors else render.bake_file(targets, m.select(None)))
         print(f"generated files are up to date ({len(targets)} target(s))")
         return 0
     for t in targets:
@@ -62,8 +63,22 @@ def cmd_generate(args) -> int:
         print(f"wrote {out}")
     print(f"wrote {render.write_dockerignore()}")
     if not args.selectors:  # a full generate also removes targets that left the matrix
+        print(f"wrote {render.write_bake(targets, m.select(None))}")
         for p in render.prune(targets):
             print(f"removed {p}")
+    return 0
+
+
+def cmd_lock(args) -> int:
+    from importlib import resources
+
+    from gpuforge import locks
+
+    m = load_matrix(Path(args.matrix))
+    out = Path(str(resources.files("gpuforge").joinpath("data/locks")))
+    for f in locks.compile_image_locks(list(m.targets), out):
+        print(f"wrote {f}")
+    print("now run `gpuforge generate` to merge the locks into each target's constraints.txt")
     return 0
 
 
@@ -85,6 +100,9 @@ def cmd_schema(args) -> int:
 def cmd_build(args) -> int:
     from gpuforge import build, options
 
+    if args.driver not in ("auto", "buildx", "classic"):
+        msg = f"GPUFORGE_DRIVER={args.driver!r}: not a build driver (allowed: auto, buildx, classic)"
+        raise ConfigError(msg)
     for flag, env, value in (("--index-url", "GPUFORGE_INDEX_URL", args.index_url), ("--pypi-url", "GPUFORGE_PYPI_URL", args.pypi_url)):
         try:  # a build arg ends up in `docker history`: same URL grammar as matrix.yaml (no credentials)
             grammar.url(value, what="a package index URL") if value else None
@@ -98,11 +116,15 @@ def cmd_build(args) -> int:
         "give a PEM bundle; it reaches the build only as a secret")
     opts = build.BuildOptions(
         jobs=args.jobs, keep_going=args.keep_going, extra_ca=extra_ca.value,
-        builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker,
+        builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker, driver=args.driver,
         index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
     )
     if extra_ca:
         print(f"gpuforge: extra CA bundle {extra_ca.value} (from {extra_ca.source}), passed as a build secret", flush=True)
+    elif host := build.host_trust():  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
+        opts.extra_ca = host.value
+        print(f"gpuforge: no extra CA given; using the host's pip trust {host.value} (from {host.source}) "
+              "as the build secret (--extra-ca to choose another)", flush=True)
     build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
     return 0
 
@@ -172,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
     p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
+    add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
     p = add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
     p.add_argument("--output", default="matrix.schema.json")
     p.add_argument("--check", action="store_true", help="fail when the committed schema is stale")
@@ -183,6 +206,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-from", action="append", default=[], help="buildx --cache-from (repeatable)")
     p.add_argument("--cache-to", default=os.environ.get("GPUFORGE_CACHE_TO"), help="buildx --cache-to")
     p.add_argument("--docker", default=os.environ.get("GPUFORGE_DOCKER"), help="docker client to use")
+    p.add_argument("--driver", choices=("auto", "buildx", "classic"), default=os.environ.get("GPUFORGE_DRIVER") or "auto",
+                   help="build driver: buildx when the client has it (auto), or force one (env GPUFORGE_DRIVER)")
     p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
     p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
     p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
