@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from gpuforge import locks, paths
+from gpuforge import grammar, locks, paths
 from gpuforge.errors import ConfigError
 from gpuforge.labels import expected_labels
 from gpuforge.matrix import Target
@@ -29,10 +30,45 @@ def image_spec() -> dict:
     return yaml.safe_load(resources.files("gpuforge").joinpath("data/image.yaml").read_text())
 
 
+# Defence in depth behind gpuforge.grammar: what the template renders from matrix.yaml is quoted, so a value
+# that slipped past a check still cannot add a Dockerfile instruction, a shell command or an option.
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./?#&~-]+\Z")
+
+
+def _renderable(value: object, what: str) -> str:
+    text = str(value)
+    why = grammar.printable(text)  # a line break would end the instruction; nothing can quote it
+    if why:
+        msg = f"refusing to render {text!r} into a Dockerfile {what}: {why}"
+        raise ConfigError(msg)
+    return text
+
+
+def shell_word(value: object) -> str:
+    """One shell argument: as is when plain, else double-quoted with \\ " $ ` escaped (single quotes would
+    make hadolint's shellcheck warn on $); never an option."""
+    text = _renderable(value, "shell word")
+    if text.startswith("-"):
+        msg = f"refusing to render {text!r} as a shell argument: it would be read as an option"
+        raise ConfigError(msg)
+    return text if _PLAIN_WORD.match(text) else '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
+
+
+def dockerfile_value(value: object) -> str:
+    """An ARG/ENV value or WORKDIR path: as is when plain, else double-quoted with \\ " $ escaped (the
+    Dockerfile's own quoting; it would expand $VAR)."""
+    text = _renderable(value, "value")
+    return text if _PLAIN_VALUE.match(text) else '"' + re.sub(r'([\\"$])', r"\\\1", text) + '"'
+
+
 @functools.cache
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("gpuforge", "templates"), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("gpuforge", "templates"), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["sh"] = shell_word
+    env.filters["dfv"] = dockerfile_value
+    return env
 
 
 def labels(t: Target) -> list[tuple[str, str]]:
