@@ -4,7 +4,7 @@ reasons, the validator set's hash, and the one verdict function that validate, a
 The required set is derived host-side by collecting the validators for the mode (image, +GPU) with no
 user arguments, so `-k`, `--deselect` or `--ignore` can shrink a run but never the set it is judged
 against. A report is green only when every required check passed, or skipped for a reason listed in
-ALLOWED_SKIPS for a non-GPU run; under --gpu nothing may skip.
+ALLOWED_SKIPS; under --gpu the "no GPU" reasons never count.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import sys
 from gpuforge import __version__, paths
 from gpuforge.errors import FatalError
 
-# (module, check-name regex, skip-reason regex): the reviewed reasons a non-GPU report may skip for.
-ALLOWED_SKIPS: tuple[tuple[str, str, str], ...] = (
-    ("test_driver", r".*", r"^no NVIDIA driver visible"),
-    ("test_gpu_smoke", r".*", r"^GPU checks not requested"),
-    ("test_security", r"^test_build_ca_nowhere_in_filesystem$", r"^no --gpuforge-ca given"),
+# (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
+# for. The "no GPU" reasons never count in a GPU run.
+ALLOWED_SKIPS: tuple[tuple[str, str, str, bool], ...] = (
+    ("test_driver", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
+    ("test_gpu_smoke", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
+    ("test_security", r"^test_build_ca_nowhere_in_filesystem$", r"^no --gpuforge-ca given", True),
 )
 
 
@@ -69,9 +70,13 @@ def stamp(rep: dict, *, required: tuple[str, ...], gpu: bool) -> dict:
     }
 
 
-def _skip_allowed(check: dict) -> bool:
-    return any(check["module"] == m and re.search(n, check["name"]) and re.search(r, check.get("message") or "")
-               for m, n, r in ALLOWED_SKIPS)
+def skip_reason(check: dict) -> str:
+    return (check.get("message") or "").strip().removeprefix("Skipped: ")
+
+
+def _skip_allowed(check: dict, gpu_run: bool) -> bool:
+    return any(check["module"] == m and re.search(n, check["name"]) and re.search(r, skip_reason(check))
+               and (gpu_ok or not gpu_run) for m, n, r, gpu_ok in ALLOWED_SKIPS)
 
 
 def problems(rep: dict, *, require_gpu: bool = False) -> list[str]:
@@ -97,9 +102,9 @@ def problems(rep: dict, *, require_gpu: bool = False) -> list[str]:
     gpu_run = bool(rep.get("gpu")) and bool(ev.get("gpu_required"))
     for i in required:
         c = by_id.get(i)
-        if c and c["outcome"] == "skipped" and (gpu_run or not _skip_allowed(c)):
-            why = "nothing may skip under --gpu" if gpu_run else "reason not on the reviewed list"
-            out.append(f"required check {c['name']} skipped ({(c.get('message') or '').strip()[:120]}; {why})")
+        if c and c["outcome"] == "skipped" and not _skip_allowed(c, gpu_run):
+            why = "not an allowed skip in a GPU run" if gpu_run else "reason not on the reviewed list"
+            out.append(f"required check {c['name']} skipped ({skip_reason(c)[:120]}; {why})")
     if required and not any(by_id.get(i, {}).get("outcome") == "passed" for i in required):
         out.append("no required check passed")
     if require_gpu and not gpu_run:

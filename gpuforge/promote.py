@@ -153,11 +153,6 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
         _refuse(t, f"the registry has no manifest {digest}")
     if m.config_digest != image_id:
         _refuse(t, f"{digest} holds image {m.config_digest}, not the validated {image_id[:19]}")
-    if verifier is None:
-        _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
-                   "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
-    for rep, what, g in locals_:
-        _signed_report(t, f"{host}/{repo}@{digest}", rep, image_id, what, verifier, gpu=g)
     current = reg.manifest(repo, tag)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
@@ -166,6 +161,11 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
         dev = reg.manifest(repo, f"{tag}-dev")
         if dev is None or dev.digest != digest:
             _refuse(t, f"{repo}:{tag}-dev does not point to {digest}; promote to dev first")
+    if verifier is None:
+        _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
+                   "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
+    for rep, what, g in locals_:
+        _signed_report(t, f"{host}/{repo}@{digest}", rep, image_id, what, verifier, gpu=g)
     tags = list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
     return _Plan(target=t, reg=reg, repo=repo, manifest=m, tags=tags, report=str(rpath))
 

@@ -193,6 +193,70 @@ def gpuforge_lib(host, in_image) -> str:
     return "/opt/gpuforge/lib" if in_image else str(REPO)
 
 
+RUNTIME_PROBE = """
+import json, sys
+out = {"python": "%d.%d" % sys.version_info[:2]}
+try:
+    import torch
+    out.update(torch=torch.__version__, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+               nccl=".".join(map(str, torch.cuda.nccl.version())))
+except Exception as e:
+    out["torch"] = "import failed: %r" % e
+for name in ("torchvision", "torchaudio", "triton"):
+    try:
+        out[name] = __import__(name).__version__
+    except Exception as e:
+        out[name] = "import failed: %r" % e
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="session")
+def runtime_versions(host, facts, timeout) -> dict:
+    """Versions as the running image reports them (imports, not labels or metadata): the truth that
+    labels and the target are compared against."""
+    from vutil import py
+
+    v = py(host, RUNTIME_PROBE, timeout=timeout)
+    facts["versions"] = v
+    return v
+
+
+@pytest.fixture(scope="session")
+def constraints(target) -> dict[str, str]:
+    """The target's pins as the host-side toolkit generated them (images/dist/<id>/constraints.txt)."""
+    from packaging.requirements import Requirement
+
+    from gpuforge import paths
+
+    p = paths.dist() / str(target.id) / "constraints.txt"
+    if not p.exists():
+        pytest.fail(f"no host-side constraints for {target.id} at {p} (run `gpuforge generate`)")
+    pins = {}
+    for line in p.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            req = Requirement(line)
+            pins[req.name.lower().replace("_", "-")] = str(req.specifier).removeprefix("==")
+    return pins
+
+
+def listening(host, timeout: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket listening inside the host, from /proc/net/tcp{,6}."""
+    from vutil import sh
+
+    out = sh(host, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", timeout=timeout, check=False).stdout
+    found = []
+    for line in out.splitlines()[1:]:
+        f = line.split()
+        if len(f) > 3 and f[3] == "0A" and ":" in f[1]:  # 0A: LISTEN
+            addr, port = f[1].rsplit(":", 1)
+            loop = addr in ("0100007F", "00000000000000000000000001000000")
+            anyaddr = set(addr) == {"0"}
+            found.append(("loopback" if loop else "any" if anyaddr else addr, int(port, 16)))
+    return sorted(set(found))
+
+
 @pytest.fixture(scope="session")
 def programs(host, in_image) -> str:
     """The in-image programs (smoke, inductor CPU, multi-GPU): the image's copy, or this checkout's."""
@@ -302,7 +366,12 @@ def _ssh_server(image: str, target: dict):
         pub = f"{key.get_name()} {key.get_base64()} gpuforge-validator"
         with run.container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}) as c:
             c.wait_for_log(r"Server listening on", timeout=60)
-            yield SshServer(c, key, target.user)
+            s = SshServer(c, key, target.user)
+            # root gets the same valid key, so a root login attempt fails only if sshd itself refuses root
+            r = s.root.run("install -d -m 0700 /root/.ssh && printf '%%s\\n' %s > /root/.ssh/authorized_keys "
+                           "&& chmod 0600 /root/.ssh/authorized_keys", pub)
+            assert r.rc == 0, f"cannot give root the test key: {r.stderr}"
+            yield s
 
     return start()
 

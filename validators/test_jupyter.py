@@ -1,8 +1,11 @@
-"""jupyter entrypoint: token required, kernel runs torch, server is not root."""
+"""jupyter entrypoint: every door needs the token (REST, kernel websocket, terminals, cross-origin),
+the kernel runs torch, the server is not root, the token stays out of the process list and the logs,
+and nothing but the server's port listens beyond loopback."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 
@@ -36,6 +39,89 @@ def test_status_refused_without_token(server):
     _, url = server
     r = requests.get(f"{url}/api/status", timeout=10)
     assert r.status_code in (401, 403), f"/api/status without a token answered {r.status_code}"
+
+
+@pytest.mark.parametrize("path", ["/api/status", "/api/kernels", "/api/sessions", "/api/contents", "/lab/api/settings"])
+def test_api_refused_without_or_with_a_wrong_token(server, path):
+    _, url = server
+    for headers in ({}, {"Authorization": f"token {uuid.uuid4().hex}"}):
+        r = requests.get(f"{url}{path}", headers=headers, timeout=10, allow_redirects=False)
+        assert r.status_code in (401, 403), f"GET {path} with {headers or 'no token'} answered {r.status_code}"
+
+
+def test_kernel_start_refused_without_token(server):
+    _, url = server
+    for headers in ({}, {"Authorization": f"token {uuid.uuid4().hex}"}):
+        r = requests.post(f"{url}/api/kernels", headers=headers, json={"name": "python3"}, timeout=30)
+        assert r.status_code in (401, 403), f"POST /api/kernels with {headers or 'no token'} answered {r.status_code}"
+    running = requests.get(f"{url}/api/kernels", headers={"Authorization": f"token {TOKEN}"}, timeout=10).json()
+    assert running == [], f"kernels started without a token: {running}"
+
+
+def test_kernel_websocket_refused_without_token(server):
+    _, url = server
+    auth = {"Authorization": f"token {TOKEN}"}
+    kid = requests.post(f"{url}/api/kernels", headers=auth, json={"name": "python3"}, timeout=30).json()["id"]
+    try:
+        for query in ("", f"?token={uuid.uuid4().hex}"):
+            with pytest.raises(websocket.WebSocketBadStatusException) as e:
+                websocket.create_connection(f"{url.replace('http', 'ws')}/api/kernels/{kid}/channels{query}", timeout=30)
+            assert e.value.status_code in (401, 403), f"websocket{query or ' without token'}: {e.value.status_code}"
+    finally:
+        requests.delete(f"{url}/api/kernels/{kid}", headers=auth, timeout=30)
+
+
+def test_terminals_are_off(server):
+    """No shell over HTTP even with the token (terminals_enabled = False)."""
+    _, url = server
+    for headers in ({}, {"Authorization": f"token {TOKEN}"}):
+        r = requests.post(f"{url}/api/terminals", headers=headers, timeout=10)
+        assert r.status_code in (401, 403, 404), f"POST /api/terminals with {headers or 'no token'} answered {r.status_code}"
+
+
+def test_cross_origin_post_refused(server):
+    """A browser page on another origin cannot use a logged-in session: its POST is refused by the origin
+    check even with the XSRF token, a same-origin POST without the XSRF token is refused, and no answer
+    carries an Access-Control-Allow-Origin that would let the page read it."""
+    _, url = server
+    auth = {"Authorization": f"token {TOKEN}"}
+    s = requests.Session()
+    s.get(f"{url}/lab?token={TOKEN}", timeout=30)  # log in as a browser does: session + _xsrf cookies
+    xsrf = s.cookies.get("_xsrf")
+    assert xsrf, f"no _xsrf cookie after login: {s.cookies.keys()}"
+    evil = {"Origin": "http://evil.example", "Referer": "http://evil.example/"}
+    r = s.post(f"{url}/api/kernels", json={"name": "python3"}, timeout=30, headers={**evil, "X-XSRFToken": xsrf})
+    assert r.status_code in (401, 403, 404), f"cross-origin cookie POST /api/kernels answered {r.status_code}"
+    r = s.post(f"{url}/api/kernels", json={"name": "python3"}, timeout=30, headers={"Origin": url})
+    assert r.status_code in (401, 403), f"same-origin cookie POST without the XSRF token answered {r.status_code}"
+    pre = requests.options(f"{url}/api/kernels", timeout=10, headers={
+        **evil, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    got = requests.get(f"{url}/api/status", headers={**auth, **evil}, timeout=10)
+    for resp in (pre, got):
+        assert "access-control-allow-origin" not in {k.lower() for k in resp.headers}, dict(resp.headers)
+    assert requests.get(f"{url}/api/kernels", headers=auth, timeout=10).json() == []
+
+
+def test_token_not_in_process_list_or_logs(server):
+    c, _ = server
+    ps = c.container.exec_run(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], user="root").output.decode(errors="replace")
+    assert "jupyter" in ps, f"no jupyter process seen: {ps[-500:]}"
+    assert TOKEN not in ps, "the Jupyter token is on a command line (visible to every process via ps)"
+    top = json.dumps(c.container.top())
+    assert TOKEN not in top, "the Jupyter token is in `docker top`"
+    assert TOKEN not in c.logs(), "the Jupyter token given at run time is printed in the logs"
+
+
+def test_only_the_server_port_listens(server, timeout):
+    """Beyond loopback (kernels' ZMQ ports) only 8888 listens: no sshd, no debug or extension servers."""
+    import testinfra
+
+    from plugin import listening
+
+    c, _ = server
+    socks = listening(testinfra.get_host(f"docker://root@{c.id}"), timeout)
+    exposed = [(a, p) for a, p in socks if a != "loopback"]
+    assert exposed == [("any", 8888)], f"listening beyond loopback: {exposed} (all: {socks})"
 
 
 def test_status_ok_with_token(server):
@@ -96,3 +182,6 @@ def test_generated_token_printed_once_and_works(image):
         c.wait_for_log(r"Jupyter Server .* is running at", timeout=90)
         assert requests.get(f"{url}/api/status", headers={"Authorization": f"token {token}"}, timeout=10).status_code == 200
         assert c.logs().count("generated Jupyter token") == 1, "the token announcement was printed more than once"
+        assert len(re.findall(re.escape(token), c.logs())) == 1, "the generated token appears in the logs beyond its announcement"
+        ps = c.container.exec_run(["sh", "-c", "cat /proc/[0-9]*/cmdline"], user="root").output.decode(errors="replace")
+        assert token not in ps, "the generated token is on a command line"

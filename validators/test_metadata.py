@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuforge.labels import expected_labels
+from gpuforge.labels import expected_labels, label_key
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,27 @@ def test_labels_match_the_matrix(config, target):
     labels = config["Config"].get("Labels") or {}
     wrong = {k: (labels.get(k), v) for k, v in expected_labels(target.as_dict()).items() if labels.get(k) != v}
     assert not wrong, "labels differ from the matrix (label: (image, matrix)): " + repr(wrong)
+
+
+def _same(label: str, running: str, key: str) -> bool:
+    if key == "cudnn":  # the label has 4 parts (9.5.1.17), torch reports 90501
+        n = int(running)
+        return ".".join(label.split(".")[:3]) == f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+    if key in ("torchvision", "torchaudio"):  # wheels carry a local version (+cu126) the label leaves out
+        return label == str(running).split("+")[0]
+    return label == str(running)
+
+
+def test_labels_match_the_running_image(config, runtime_versions):
+    """The labels describe what the image really runs: versions read by importing the libraries in a
+    container, not the function that wrote the labels."""
+    labels = config["Config"].get("Labels") or {}
+    lying = {}
+    for key in ("torch", "torchvision", "torchaudio", "triton", "cuda", "cudnn", "nccl", "python"):
+        label = labels.get(label_key(key))
+        if label is None or not _same(label, runtime_versions[key], key):
+            lying[label_key(key)] = (label, runtime_versions[key])
+    assert not lying, "labels disagree with the running image (label: (label value, running)): " + repr(lying)
 
 
 def test_oci_labels_present(config):

@@ -9,12 +9,29 @@ import pytest
 
 from vutil import sh
 
+# Every hardening setting, as `sshd -T` reports the effective value (the image's sshd_config.d/gpuforge.conf).
 SSHD_WANT = {
     "permitrootlogin": "no",
     "passwordauthentication": "no",
     "kbdinteractiveauthentication": "no",
+    "challengeresponseauthentication": "no",
     "pubkeyauthentication": "yes",
+    "permitemptypasswords": "no",
+    "hostbasedauthentication": "no",
+    "x11forwarding": "no",
+    "allowtcpforwarding": "no",
+    "allowagentforwarding": "no",
+    "allowstreamlocalforwarding": "no",
+    "permittunnel": "no",
+    "gatewayports": "no",
+    "permituserenvironment": "no",
+    "strictmodes": "yes",
+    "hostkeyalgorithms": "ssh-ed25519",
+    "maxauthtries": "3",
+    "logingracetime": "30",
 }
+# Algorithms that must not be offered at all (NIST curves, SHA-1, CBC, 64-bit tags, DSA/ECDSA keys).
+SSHD_WEAK = re.compile(r"nistp|sha1|-cbc|umac-64|ssh-dss|ssh-rsa$|ecdsa|diffie-hellman-group(1|14)-")
 PRIVATE_KEY = r"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----"
 # Well-known token shapes (GitHub, GitLab, AWS, Slack, PyPI, Hugging Face), as whole words: base64 blobs
 # (e.g. fonts embedded in PIL) contain AKIA... runs that are not keys.
@@ -28,8 +45,13 @@ SCAN = "grep -rlIE --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e %s 
 def test_sshd_effective_settings(ssh_server, timeout):
     out = sh(ssh_server.root, "/usr/sbin/sshd -T", timeout=timeout).stdout
     eff = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
-    wrong = {k: eff.get(k) for k, v in SSHD_WANT.items() if eff.get(k) != v}
-    assert not wrong, f"sshd -T differs from {SSHD_WANT}: {wrong}"
+    wrong = {k: eff.get(k) for k, v in SSHD_WANT.items() if eff.get(k) != v and not (k == "challengeresponseauthentication"
+                                                                                   and k not in eff)}
+    assert not wrong, f"sshd -T differs from the hardening settings (setting: effective value): {wrong}"
+    weak = {k: [a for a in eff.get(k, "").split(",") if SSHD_WEAK.search(a)]
+            for k in ("kexalgorithms", "ciphers", "macs", "hostkeyalgorithms", "pubkeyacceptedalgorithms")}
+    weak = {k: v for k, v in weak.items() if v}
+    assert not weak, f"sshd offers weak algorithms: {weak}"
 
 
 def test_no_ssh_host_keys_in_image(host, image):

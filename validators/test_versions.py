@@ -1,29 +1,21 @@
-"""versions: what is really installed, read on the host, equal to what the target says."""
+"""versions: what is really installed, read on the host, equal to what the target says; every nvidia-*
+wheel at the version the host-side constraints pin."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
-from vutil import py, sh
+from vutil import sh
 
-PROBE = """
-import json, sys, torch, triton
-out = {"torch": torch.__version__, "cuda": torch.version.cuda,
-       "cudnn": torch.backends.cudnn.version(), "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-       "triton": triton.__version__, "python": "%d.%d" % sys.version_info[:2]}
-try:
-    import torchvision; out["torchvision"] = torchvision.__version__
-except Exception as e:
-    out["torchvision"] = "import failed: %r" % e
-print(json.dumps(out))
-"""
+CUDA_WHEEL = re.compile(r"^nvidia-.+-cu\d+$")  # NVIDIA's CUDA library wheels (not nvidia-ml-py)
 
 
 @pytest.fixture(scope="module")
-def found(host, facts, timeout):
-    v = py(host, PROBE, timeout=timeout)
-    facts["versions"] = v
-    return v
+def found(runtime_versions):
+    return runtime_versions
 
 
 def _cudnn(n: int) -> str:
@@ -56,8 +48,24 @@ def test_torchvision(found, target):
     assert found["torchvision"].split("+")[0] == target.torchvision
 
 
+def test_torchaudio(found, target):
+    assert found["torchaudio"].split("+")[0] == target.torchaudio, f"torchaudio: {found['torchaudio']}"
+
+
 def test_python(found, target):
     assert found["python"] == target.python
+
+
+def test_nvidia_wheels_match_the_constraints(host, constraints, facts, timeout):
+    """Each installed nvidia-*-cuXX wheel is pinned by the target's constraints, at exactly that version."""
+    pip = json.loads(sh(host, "python3 -m pip list --format json 2>/dev/null", timeout=timeout).stdout)
+    names = {p["name"].lower().replace("_", "-"): p["version"] for p in pip}
+    installed = {k: v for k, v in names.items() if CUDA_WHEEL.match(k)}
+    facts["nvidia_wheels"] = installed
+    pinned = {k: v for k, v in constraints.items() if CUDA_WHEEL.match(k)}
+    assert pinned, "the target's constraints pin no nvidia-* wheel"
+    differ = {k: (v, pinned.get(k, "unpinned")) for k, v in installed.items() if pinned.get(k) != v}
+    assert not differ, f"nvidia-* wheels differ from the constraints (wheel: (installed, pinned)): {differ}"
 
 
 def test_pip_check_clean(host, timeout):
