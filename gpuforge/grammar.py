@@ -30,9 +30,11 @@ _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _REPOSITORY_RE = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 _DOMAIN_RE = re.compile(rf"{_DOMAIN}\Z")
-_TAG_RE = re.compile(rf"{_TAG}\Z")
+_TAG_CHARS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # length checked apart, for a clearer message
+# As docker splits a name: the first component is a registry only with a dot, a port, or as localhost.
+_REF_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})+|localhost|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?|{_DOMAIN_COMPONENT}:[0-9]+"
 _REFERENCE_RE = re.compile(
-    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    rf"(?:(?P<domain>{_REF_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
     rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z")
 NAME_MAX = 255  # distribution/reference NameTotalLengthMax
 TAG_MAX = 128
@@ -58,7 +60,10 @@ TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton")
 
 def nearest(value: object, allowed) -> str:
     """'; did you mean "x"?' for a typo close to one allowed value, else ''."""
-    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    allowed = [str(a) for a in allowed]
+    text = str(value)
+    close = [a for a in allowed if len(text) >= 3 and a.startswith(text)] or \
+        difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
     return f"; perhaps you meant {close[0]!r}?" if close else ""
 
 
@@ -168,7 +173,7 @@ def repository(value: str) -> str:
 def tag(value: str, *, room: int = 0) -> str:
     """A tag by the distribution grammar; `room` characters are kept free for suffixes added later."""
     _plain(value, "a tag")
-    if not _TAG_RE.match(value):
+    if not _TAG_CHARS.match(value):
         msg = (f"{value!r} is not a valid tag (allowed: letters, digits, _ . -, not starting with . or -, "
                f"at most {TAG_MAX} characters)")
         raise ValueError(msg)

@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -154,10 +155,11 @@ class Problems:
 
     def __init__(self, doc: Positioned):
         self.doc = doc
-        self._items: dict[tuple[tuple, str], list[str]] = {}
+        self._items: dict[tuple, tuple[str, list[str]]] = {}
 
-    def add(self, loc: tuple, message: str, target: str | None = None) -> None:
-        ids = self._items.setdefault((tuple(loc), message), [])
+    def add(self, loc: tuple, message: str, target: str | None = None, *, key: object = None) -> None:
+        """`key` groups messages that differ per target (a rendered tag) as one problem of that value."""
+        _, ids = self._items.setdefault((tuple(loc), key or message), (message, []))
         if target:
             ids.append(target)
 
@@ -168,7 +170,7 @@ class Problems:
         if not self._items:
             return
         lines = []
-        for (loc, message), ids in self._items.items():
+        for (loc, _), (message, ids) in self._items.items():
             who = f" ({len(ids)} targets, e.g. {ids[0]})" if len(ids) > 1 else f" (target {ids[0]})" if ids else ""
             lines.append((self.doc.line(loc), f"{self.doc.where(loc)}: {field_name(loc)}: {message}{who}"))
         raise ConfigError(report([text for _, text in sorted(lines, key=lambda x: x[0])]))
@@ -182,7 +184,7 @@ class _Row:
     includes: list = field(default_factory=list)  # indexes of include entries merged into a product row
 
 
-def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row]:
+def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row] | None:
     """Rows of axis values (GitHub Actions semantics: exclude, then include), each knowing its locs."""
     ax = spec.matrix
     axes = [k for k in AXES if getattr(ax, k)]
@@ -198,7 +200,7 @@ def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row]
     if count > MAX_TARGETS:
         sizes = " x ".join(f"{len(values[k])} {k}" for k in axes)
         problems.add(("matrix",), f"the axes multiply to {count:,} combinations ({sizes}); at most {MAX_TARGETS:,} are allowed")
-        return []
+        return None
     originals: list[_Row] = []
     if axes:
         for picks in itertools.product(*(values[k] for k in axes)):
@@ -261,9 +263,13 @@ _BLAME = (("is not a known release", "torch"), ("publishes no CUDA", "cuda"), ("
           ("unknown os", "os"), ("ships python", "python"), ("no nvidia/cuda base image", "cuda"), ("nvidia/cuda", "os"))
 
 
-def _blame(row: _Row, problem: str) -> tuple:
+def _blame(row: _Row, problem: str) -> tuple[tuple, str]:
+    """(loc of the axis value the problem is about, the problem with a nearest allowed value for typos)."""
     axis = next((a for text, a in _BLAME if text in problem), None)
-    return row.locs.get(axis, row.origin) if axis else row.origin
+    allowed = re.search(r"\(allowed: ([^)]*)\)", problem)
+    if axis and allowed:
+        problem += grammar.nearest(row.values[axis], allowed.group(1).split(", "))
+    return (row.locs.get(axis, row.origin) if axis else row.origin), problem
 
 
 class _Resolver:
@@ -282,11 +288,15 @@ class _Resolver:
                 problems.add(("overrides", i, "select"), str(e))
                 self.compiled.append(None)
 
-    def resolve(self, row: _Row, tid: str) -> tuple[Settings, dict]:
+    def overrides_for(self, row: _Row, tid: str) -> tuple[int, ...]:
+        """Indexes of the overrides whose `select` matches this row (counted, for overrides matching nothing)."""
         probe = SimpleNamespace(id=tid, **{k: row.values[k] for k in AXES})  # what selectors read
         hits = tuple(i for i, c in enumerate(self.compiled) if c is not None and selectors.hit(probe, c))
         for i in hits:
             self.hits[i] += 1
+        return hits
+
+    def resolve(self, row: _Row, hits: tuple[int, ...]) -> tuple[Settings, dict]:
         key = (hits, tuple(row.includes))
         if key not in self.cache:
             values = self.spec.defaults.model_dump()
@@ -366,7 +376,8 @@ def _check_pip_pins(settings: Settings, source: dict, variant: compat.Variant, p
         if pin and not req.specifier.contains(pin[1], prereleases=True):
             loc = source.get("pip_packages", ("defaults",))
             problems.add((*loc, "pip_packages", i) if loc[-1] != "pip_packages" else (*loc, i),
-                         f"{text!r} conflicts with {pin[0]}=={pin[1]}, which torch {variant.torch} {variant.name} pins", tid)
+                         f"{text!r} conflicts with {pin[0]}=={pin[1]}, which torch {variant.torch} {variant.name} pins", tid,
+                         key="pin")
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
@@ -379,11 +390,11 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     if len(image_name) > grammar.NAME_MAX:
         problems.add(("repository",), f"{image_name!r} (registry/repository) is longer than {grammar.NAME_MAX} characters")
     resolver = _Resolver(spec, doc, problems)
-    rows = _expand(spec, doc, problems)
+    rows = _expand(spec, doc, problems)  # None: too many to expand
     targets: list[Target] = []
     seen: dict[str, tuple] = {}
     variants: dict[tuple, compat.Variant | None] = {}
-    for row in rows:
+    for row in rows or ():
         axes = {k: row.values[k] for k in AXES}
         tid = target_id(**{("os_name" if k == "os" else k): v for k, v in axes.items()})
         if tid in seen:
@@ -391,13 +402,14 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                                      "each combination may appear once")
             continue
         seen[tid] = row.origin
+        hits = resolver.overrides_for(row, tid)
         found = compat.problems(torch=axes["torch"], cuda=axes["cuda"], python=axes["python"], os_name=axes["os"],
                                 source=axes["source"], flavor=axes["flavor"], cuda_base_template=spec.cuda_base_image)
         for p in found:
-            problems.add(_blame(row, p), p, tid)
+            problems.add(*_blame(row, p), tid)
         if found:
             continue
-        settings, source = resolver.resolve(row, tid)
+        settings, source = resolver.resolve(row, hits)
         key = (axes["torch"], axes["cuda"])
         if key not in variants:
             variants[key] = compat.variant(*key)
@@ -409,7 +421,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         try:
             grammar.tag(tag, room=_ENV_SUFFIX)
         except ValueError as e:
-            problems.add(("tag_template",), f"renders {e}", tid)
+            problems.add(("tag_template",), f"renders {e}", tid, key="renders")
         aliases = {}
         for env, lst in settings.aliases.items():
             aliases[env] = tuple(a.format(**fmt, env=env) for a in lst)
@@ -419,12 +431,13 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                 except ValueError as e:
                     loc = source.get("aliases", ("defaults",))
                     problems.add((*loc, "aliases", env, j) if loc[-1] != "aliases" else (*loc, env, j),
-                                 f"{lst[j]!r} renders {e}", tid)
+                                 f"{lst[j]!r} renders {e}", tid, key="renders")
         targets.append(Target(
             id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
             tags=(f"{image_name}:{tag}",), aliases=aliases, registry=spec.registry, repository=spec.repository,
         ))
-    resolver.unused()
+    if rows is not None:
+        resolver.unused()
     if not problems:
         _check_unique_tags(targets, problems)
         try:
@@ -442,7 +455,7 @@ def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tupl
         try:
             grammar.image_reference(ref or "")
         except ValueError as e:
-            problems.add(("cuda_base_image",), f"renders {e}", tid)
+            problems.add(("cuda_base_image",), f"renders {e}", tid, key="renders")
         return ref or "", None
     base = spec.bases.get(os_name)
     if base is None:
