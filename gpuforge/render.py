@@ -99,6 +99,11 @@ def constraints(t: Target) -> str:
 
 def render_target(t: Target) -> dict[str, bytes]:
     """The target's generated files, name -> bytes (nothing written)."""
+    try:  # FROM takes no quoting: the reference grammar is its guard, here as well as at plan time
+        grammar.image_reference(t.base_image)
+    except ValueError as e:
+        msg = f"refusing to render FROM {t.base_image!r}: {e}"
+        raise ConfigError(msg) from None
     spec = image_spec()
     apt = sorted({*spec["apt"]["common"], *(spec["apt"]["devel"] if t.flavor == "devel" else []),
                   *t.settings.apt_packages})
