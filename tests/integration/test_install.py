@@ -3,6 +3,7 @@ checkout is found once (gpuforge.paths), not by `Path(__file__).parent.parent` a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,8 @@ import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.docker
+# The installed copy only: nothing on PYTHONPATH may stand in for it.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 @pytest.fixture(scope="module")
@@ -18,17 +21,17 @@ def installed(tmp_path_factory):
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{ROOT}[validate]"], capture_output=True, text=True,
-                       timeout=900)
+                       timeout=900, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     exe = venv / "bin" / "gpuforge"
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import gpuforge; print(gpuforge.__file__)"],
-                           capture_output=True, text=True, check=True, cwd=venv).stdout
+                           capture_output=True, text=True, check=True, cwd=venv, env=ENV).stdout
     assert str(venv) in where, f"not the installed copy: {where}"
     return exe
 
 
 def _run(exe, *args, cwd=ROOT, timeout=600):
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def test_plan_and_generate_check_from_the_repo_root(installed):
