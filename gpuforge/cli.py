@@ -238,13 +238,36 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
+                   help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
+                        "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
+    p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
+                   help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
+
+
+def _reap() -> None:
+    """Containers of gpuforge runs that died (SIGKILL, OOM) go at the next run that uses the engine."""
+    from gpuforge import run
+
+    try:
+        n = run.reap()
+    except FatalError:
+        return  # no engine: the command itself reports that
+    if n:
+        print(f"gpuforge: removed {n} container(s) left by gpuforge runs that died", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.cmd in ("build", "validate", "clean"):
+            _reap()
         return args.fn(args)
     except FatalError as e:
         print(f"gpuforge: error: {e}", file=sys.stderr)

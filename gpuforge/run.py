@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -78,7 +79,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     c = engine.client()
     kwargs: dict = {
         "detach": True,
-        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID},
+        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID, OWNER_LABEL: _owner()},
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
@@ -118,6 +119,45 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             cont.remove(force=True, v=True)
+
+
+# "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that
+# process is gone (SIGKILL, OOM, a crashed runner), without touching containers of runs still alive.
+OWNER_LABEL = "io.gpuforge.owner"
+
+
+def _started(pid: int) -> str:
+    """The process's start time in clock ticks since boot ('' when there is no such process): with the pid
+    it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+
+
+def owner_alive(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not started:
+        return True  # another machine's (or an unlabelled) run: not ours to judge
+    return _started(int(pid)) == started
+
+
+def reap() -> int:
+    """Remove gpuforge containers whose owning process is gone; returns how many."""
+    n = 0
+    for cont in leftovers():
+        owner = (cont.labels or {}).get(OWNER_LABEL)
+        if owner and not owner_alive(owner):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                cont.remove(force=True, v=True)
+                n += 1
+    return n
 
 
 def leftovers(run_id: str | None = None) -> list:

@@ -36,6 +36,10 @@ def test_full_suite_is_green_with_reports(validated):
     # without a GPU only the driver and GPU checks may skip, and they say why
     assert all(c["module"] in ("test_driver", "test_gpu_smoke") for c in skipped), skipped
     assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
+    ev = rep["evidence"]
+    assert not ev["partial"] and ev["missing"] == [] and set(ev["required"]) == {c["id"] for c in rep["checks"]}
+    assert ev["validator_set"].startswith("sha256:") and ev["gpuforge_version"] and ev["image_id"] == rep["facts"]["image_id"]
+    assert rep["facts"]["ssh_audit_fail"] == 0
     assert (d / "report.xml").read_text().count("<testcase") == len(rep["checks"])
     assert "GREEN" in (d / "report.md").read_text()
     assert "GREEN" in validated["summary"].read_text()
@@ -43,6 +47,8 @@ def test_full_suite_is_green_with_reports(validated):
     assert sbom["image_id"] == rep["facts"]["image_id"] and sbom["python"]["torch"].startswith("2.7.1")
 
 
+SITE = "/opt/venv/lib/python3*/site-packages"
+SSHD = "/etc/ssh/sshd_config.d/gpuforge.conf"
 # (name, Dockerfile lines on top of the default image, validator selection, words the failure must name)
 BROKEN = [
     ("root-user", ["USER root"], "test_metadata.py::test_default_user_is_not_root", "default user is root"),
@@ -62,7 +68,41 @@ BROKEN = [
      "/usr/bin/find"),
     ("private-key", ["USER root", "RUN ssh-keygen -q -t ed25519 -N '' -f /etc/leaked_key", "USER 1000"],
      "test_security.py::test_no_private_keys_or_tokens", "/etc/leaked_key"),
+    # the label says 2.7.0 but the image runs 2.7.1: caught against the running image, not the matrix
+    ("label-lies-about-torch", ["LABEL io.gpuforge.torch=2.7.0+cu126"], "test_metadata.py::test_labels_match_the_running_image",
+     "'io.gpuforge.torch': ('2.7.0+cu126', '2.7.1+cu126')"),
+    ("nvidia-wheel-off-pin", ["USER root", f"RUN sed -i 's/^Version: .*/Version: 12.6.0/' {SITE}/nvidia_nvtx_cu12-*.dist-info/METADATA",
+                              "USER 1000"], "test_versions.py::test_nvidia_wheels_match_the_constraints",
+     "'nvidia-nvtx-cu12': ('12.6.0', '12.6.77')"),
+    ("no-torchaudio", ["USER root", "RUN /opt/venv/bin/python -m pip uninstall -q -y torchaudio", "USER 1000"],
+     "test_versions.py::test_torchaudio", "torchaudio: import failed"),
+    ("inventory-without-torchvision", ["USER root", f"RUN rm -rf {SITE}/torchvision-*.dist-info", "USER 1000"],
+     "test_inventory.py::test_inventory_lists_the_torch_stack", "torchvision missing from pip list"),
+    # root holds a valid key (the validator installs it) and sshd allows root: the login must be tried and succeed
+    ("root-login-with-key", ["USER root", f"RUN sed -i 's/^PermitRootLogin no/PermitRootLogin yes/' {SSHD}", "USER 1000"],
+     "test_ssh.py::test_root_login_refused", "root logged in over ssh with a valid authorized key"),
+    ("tcp-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding no/AllowTcpForwarding yes/' {SSHD}", "USER 1000"],
+     "test_security.py::test_sshd_effective_settings", "'allowtcpforwarding': 'yes'"),
+    ("nist-curves-and-sha1", ["USER root", f"RUN sed -i '/^HostKey/d;/^KexAlgorithms/d;/^MACs/d' {SSHD}", "USER 1000"],
+     "test_ssh.py::test_ssh_audit_finds_no_failures", "ssh-audit fail items"),
+    ("jupyter-empty-token", ["USER root", "RUN echo 'c.IdentityProvider.token = \"\"' >> /etc/jupyter/jupyter_server_config.py",
+                             "USER 1000"], "test_jupyter.py::test_api_refused_without_or_with_a_wrong_token", "answered 200"),
+    ("jupyter-token-on-command-line", ["USER root", "RUN sed -i 's|jupyter lab --config|jupyter lab --IdentityProvider.token=\"$JUPYTER_TOKEN\" --config|' "
+                                       "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
+     "test_jupyter.py::test_token_not_in_process_list_or_logs", "token is on a command line"),
+    ("jupyter-extra-listener", ["USER root", "RUN sed -i 's|^start_jupyter() {|start_jupyter() {\\n    /opt/venv/bin/python -m http.server 9999 >/dev/null 2>\\&1 \\&|' "
+                                "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
+     "test_jupyter.py::test_only_the_server_port_listens", "listening beyond loopback"),
 ]
+# Modules whose broken case is a broken host (no driver, a GPU missing from the arch list): they need a
+# GPU runner and are exercised there, not on this table.
+GPU_HOST_ONLY = {"test_driver", "test_gpu_smoke"}
+
+
+def test_broken_image_table_covers_every_validator_module():
+    modules = {p.stem for p in (ROOT / "validators").glob("test_*.py")}
+    covered = {b[2].split(".py::")[0] for b in BROKEN}
+    assert modules - GPU_HOST_ONLY <= covered, f"validator modules with no broken image: {sorted(modules - GPU_HOST_ONLY - covered)}"
 
 
 @pytest.mark.parametrize(("lines", "select", "words"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
@@ -124,6 +164,27 @@ def test_clean_removes_what_a_crashed_run_left(default_build, tmp_path):
     r = gpuforge("clean")
     assert r.returncode == 0 and "removed" in r.stdout
     assert run.leftovers() == []
+
+
+def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
+    """SIGKILL leaves containers behind; the next gpuforge run that uses the engine removes them (their
+    owning process is gone), without `gpuforge clean` and without touching live runs' containers."""
+    _, rec = default_build
+    with run.container(rec["image_id"], ["sleep", "infinity"]) as alive:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while len(run.leftovers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        left = [c.id for c in run.leftovers() if c.id != alive.id]
+        assert left, "expected containers left by the killed run"
+        r = gpuforge("validate", "nope-*")  # any engine command; this one fails on its selector afterwards
+        assert "left by gpuforge runs that died" in r.stderr, r.stderr
+        now = {c.id for c in run.leftovers()}
+        assert not now & set(left), "containers of the killed run survived the next run"
+        assert alive.id in now, "reaping removed the container of a live run"
 
 
 def test_hung_command_fails_with_a_clear_message(default_build):
