@@ -238,15 +238,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
-    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
-                   help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
-                        "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
-    p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
-    p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
-    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
-                   help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 
