@@ -62,6 +62,7 @@ class BuildOptions:
     cache_to: str | None = None
     client: str | None = None
     driver: str = "auto"  # auto | buildx | classic
+    no_cache: bool = False  # rebuild every step (cache mounts stay): a second, independent build of one commit
     index_url: str | None = None
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
@@ -106,6 +107,8 @@ def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts
             argv += ["--cache-to", opts.cache_to]
     else:
         argv = [driver.client, "build"]
+    if opts.no_cache:
+        argv.append("--no-cache")
     argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile"),
              "--label", f"org.opencontainers.image.revision={revision}",
              "--label", f"io.gpuforge.recipe={recipe}"]

@@ -117,6 +117,7 @@ def cmd_build(args) -> int:
     opts = build.BuildOptions(
         jobs=args.jobs, keep_going=args.keep_going, extra_ca=extra_ca.value,
         builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker, driver=args.driver,
+        no_cache=args.no_cache,
         index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
     )
     if extra_ca:
@@ -208,6 +209,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--docker", default=os.environ.get("GPUFORGE_DOCKER"), help="docker client to use")
     p.add_argument("--driver", choices=("auto", "buildx", "classic"), default=os.environ.get("GPUFORGE_DRIVER") or "auto",
                    help="build driver: buildx when the client has it (auto), or force one (env GPUFORGE_DRIVER)")
+    p.add_argument("--no-cache", action="store_true", help="rebuild every layer (BuildKit's cache mounts still apply)")
     p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
     p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
     p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")

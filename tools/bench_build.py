@@ -1,9 +1,15 @@
 """Build benchmark, measured side by side in one run (nox -s bench [-- --cold]):
 
-1. gpuforge's build of the default target vs a plain `docker build` of the same generated Dockerfile,
-   from the same cache state (warm: everything cached; --cold: `docker builder prune -af` before each).
-2. The warm rebuild after an entrypoint-only change.
-Goals: ratio <= 1.05 (cold), warm entrypoint rebuild <= 15 s.
+Warm (default): gpuforge's build of the default target vs a plain `docker build` of the same generated
+Dockerfile (all layers cached), and the warm rebuild after an entrypoint-only change.
+Goals: ratio <= 1.05, warm entrypoint rebuild <= 15 s.
+
+--cold: three cold builds of the default target, same base, same CA secret, same driver, interleaved:
+  1. gpuforge today: the generated Dockerfile (a pinned uv installs the wheels, --compile-bytecode);
+  2. gpuforge before uv: the same Dockerfile with pip doing the installs;
+  3. a naive Dockerfile: apt + `pip install --no-cache-dir` of the same pins, no cache mounts.
+Cold without touching anyone's cache: `--no-cache` and cache mounts with ids unique to the run, so
+every layer is rebuilt and every wheel downloaded. Goal: 1 <= 0.75 x 2.
 """
 
 from __future__ import annotations
@@ -11,24 +17,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from gpuforge import build, engine, paths, render
 from gpuforge.matrix import load_matrix
 
 
-def plain_build(driver: engine.Driver, root: Path, target_id: str, ca: str | None) -> float:
+def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | None, tag: str,
+                no_cache: bool = False) -> float:
     argv = [driver.client, *(["buildx", "build", "--load"] if driver.name == "buildx" else ["build"]),
-            "--progress=plain", "-t", "gpuforge-bench/plain:latest", "-f", str(root / "images" / "dist" / target_id / "Dockerfile")]
+            "--progress=plain", "-t", tag, "-f", str(dockerfile), *(["--no-cache"] if no_cache else [])]
     if ca:
         argv += ["--secret", f"id=ca,src={ca}"]
     t0 = time.monotonic()
-    subprocess.run([*argv, str(root)], check=True, capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    p = subprocess.run([*argv, str(root)], capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    if p.returncode != 0:
+        sys.__stderr__.write(p.stdout[-3000:] + p.stderr[-3000:])
+        p.check_returncode()
     return time.monotonic() - t0
 
 
@@ -38,26 +50,86 @@ def gpuforge_build(t, ctx_root: Path | None, ca: str | None, logs: Path) -> floa
     return time.monotonic() - t0
 
 
+def fresh_cache_mounts(dockerfile: str) -> str:
+    """The same Dockerfile with cache mounts no other build has used: a cold build that prunes nothing."""
+    run = uuid.uuid4().hex[:12]
+    return re.sub(r"--mount=type=cache,target=(\S+?)(,|\s)",
+                  lambda m: f"--mount=type=cache,id=bench-{run}{m.group(1)},target={m.group(1)}{m.group(2)}", dockerfile)
+
+
+def pip_variant(dockerfile: str) -> str:
+    """gpuforge's Dockerfile as it was before uv: pip does both installs."""
+    out = re.sub(r'    && /opt/venv/bin/pip install --index-url "\$\{PYPI_URL\}" uv==\S+ \\\n', "", dockerfile)
+    out = out.replace("/opt/venv/bin/uv pip install --compile-bytecode", "/opt/venv/bin/pip install")
+    assert "/opt/venv/bin/uv" not in out, "the pip variant still runs uv"
+    return out
+
+
+def naive_dockerfile(t) -> str:
+    """What a user writes by hand: same base, apt packages and pins; no cache mounts, no constraints."""
+    spec = render.image_spec()
+    apt = " ".join(sorted(spec["apt"]["common"]))
+    v = t.variant
+    pkgs = " ".join([f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}",
+                     f"triton=={v.triton}", *render.pip_tools(t)])
+    return (f"FROM {t.base_image}\n"
+            f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} "
+            "&& rm -rf /var/lib/apt/lists/*\n"
+            "RUN --mount=type=secret,id=ca python3 -m venv /opt/venv "
+            "&& if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi "
+            f"&& /opt/venv/bin/pip install --no-cache-dir {pkgs}\n")
+
+
+def cold(t, driver: engine.Driver, ca: str | None, rounds: int) -> None:
+    root = paths.project_root()
+    generated = (root / "images" / "dist" / t.id / "Dockerfile").read_text()
+    sides = {"gpuforge (uv)": lambda: fresh_cache_mounts(generated),
+             "gpuforge before uv (pip)": lambda: fresh_cache_mounts(pip_variant(generated)),
+             "naive pip Dockerfile": lambda: naive_dockerfile(t)}
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as tmp:
+        for r in range(rounds):
+            for i, (name, make) in enumerate(sides.items()):
+                df = Path(tmp) / f"Dockerfile.{i}"
+                df.write_text(make())
+                times[name].append(plain_build(driver, root, df, ca, f"gpuforge-bench/cold-{i}:latest", no_cache=True))
+                print(f"  round {r + 1}: {name}: {times[name][-1]:.1f} s", file=sys.__stdout__, flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["gpuforge before uv (pip)"]
+    print(f"cold builds of {t.id} ({driver.describe()}), {rounds} round(s), interleaved, no cache, fresh cache mounts:")
+    for k, v in times.items():
+        print(f"  {k:26s} median {med[k]:7.1f} s  runs {[round(x, 1) for x in v]}  ratio to pip {med[k] / base:.2f}")
+    ratio = med["gpuforge (uv)"] / base
+    print(f"  gpuforge (uv) / gpuforge before uv (pip): {ratio:.2f}  (goal <= 0.75: {'met' if ratio <= 0.75 else 'NOT met'}); "
+          f"uv / naive: {med['gpuforge (uv)'] / med['naive pip Dockerfile']:.2f}")
+    for i in range(len(sides)):
+        subprocess.run([driver.client, "rmi", f"gpuforge-bench/cold-{i}:latest"], capture_output=True)
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cold", action="store_true", help="prune the build cache before every build (slow: real downloads)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--extra-ca", default=os.environ.get("GPUFORGE_EXTRA_CA", "/etc/ssl/certs/ca-certificates.crt"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cold", action="store_true", help="cold builds: uv vs pip vs a naive Dockerfile (slow: real downloads)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per side (default: 3 warm, 1 cold)")
+    ap.add_argument("--extra-ca", help="CA bundle passed as the build secret (default: GPUFORGE_EXTRA_CA, "
+                    "then the host's pip trust, as `gpuforge build` does)")
     args = ap.parse_args()
-    ca = args.extra_ca if Path(args.extra_ca).is_file() else None
+    host = build.host_trust()
+    ca = args.extra_ca or os.environ.get("GPUFORGE_EXTRA_CA") or (host.value if host else None)
     t = load_matrix().select(None)[0]
-    bench_t = dataclasses.replace(t, tags=("gpuforge-bench/gpuforge:latest",))
     driver = engine.choose_driver()
+    if args.cold:
+        cold(t, driver, ca, args.rounds or 1)
+        return 0
+    rounds = args.rounds or 3
+    bench_t = dataclasses.replace(t, tags=("gpuforge-bench/gpuforge:latest",))
     logs = Path(tempfile.mkdtemp(prefix="gpuforge-bench-"))
     sys.stdout = open(os.devnull, "w")  # quiet the builds; the figures are printed after stdout is restored
     gpuforge_build(bench_t, None, ca, logs)  # the cache state both sides start from
     ours, plain = [], []
-    for _ in range(args.rounds):
-        for side, fn in (("gpuforge", lambda: gpuforge_build(bench_t, None, ca, logs)),
-                         ("plain", lambda: plain_build(driver, paths.project_root(), t.id, ca))):
-            if args.cold:
-                subprocess.run([driver.client, "builder", "prune", "-af"], check=True, capture_output=True)
-            (ours if side == "gpuforge" else plain).append(fn())
+    dockerfile = paths.project_root() / "images" / "dist" / t.id / "Dockerfile"
+    for _ in range(rounds):
+        ours.append(gpuforge_build(bench_t, None, ca, logs))
+        plain.append(plain_build(driver, paths.project_root(), dockerfile, ca, "gpuforge-bench/plain:latest"))
     with tempfile.TemporaryDirectory() as tmp:
         ctx = render.copy_context(Path(tmp))
         render.write(t, ctx / "images" / "dist")
@@ -66,9 +138,8 @@ def main() -> int:
         rebuild = gpuforge_build(bench_t, ctx, ca, logs)
     sys.stdout = sys.__stdout__
     mo, mp = statistics.median(ours), statistics.median(plain)
-    state = "cold (cache pruned before each)" if args.cold else "warm (all layers cached)"
     print(f"driver: {driver.describe()}")
-    print(f"default target {t.id}, {state}, {args.rounds} rounds each, interleaved")
+    print(f"default target {t.id}, warm (all layers cached), {rounds} rounds each, interleaved")
     print(f"  gpuforge build     median {mo:7.2f} s  runs {[round(x, 2) for x in ours]}")
     print(f"  plain docker build median {mp:7.2f} s  runs {[round(x, 2) for x in plain]}")
     print(f"  ratio gpuforge/plain: {mo / mp:.3f}  (goal <= 1.05; overhead {mo - mp:+.2f} s)")

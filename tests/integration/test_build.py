@@ -87,6 +87,7 @@ def test_failed_target_gets_no_tag_and_others_still_build(default_build, docker_
     err = capsys.readouterr().err
     log = tmp_path / "logs" / f"{bad.id}.log"
     assert f"log: {log}" in err
+    assert "a pinned Python package version is not on the index" in err  # the cause, not the log's last line
     assert "2.7.99" in log.read_text()
     assert docker_engine.images.get("gpuforge-test/broken:latest").id == base.id, "the failed build moved a tag"
     assert records.get(bad.id) is None
@@ -202,3 +203,29 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
     assert "no tag was created or moved" in out
     with pytest.raises(ImageNotFound):
         docker_engine.images.get("gpuforge-test/interrupted:latest")
+
+
+def test_untrusted_proxy_certificate_is_named_in_the_error(default_build, docker_engine, tmp_path, test_ca, capsys,
+                                                           scratch_records):
+    """A CA bundle that lacks the TLS proxy's CA (here: only a fresh test CA): pip fails to verify PyPI, and the
+    error line says so and how to fix it. The pip step gets a unique no-op so it really runs (a secret is
+    not part of the cache key)."""
+    import uuid
+
+    t, _ = default_build
+    only_fresh = tmp_path / "fresh-ca.pem"
+    only_fresh.write_text(_last_cert(test_ca["bundle"].read_text()))
+    t2 = dataclasses.replace(t, tags=("gpuforge-test-13/untrusted:latest",))
+    ctx = _copy_context(tmp_path, t2)
+    df = ctx / "images" / "dist" / t.id / "Dockerfile"
+    df.write_text(df.read_text().replace("python3 -m venv /opt/venv", f"python3 -m venv /opt/venv && : {uuid.uuid4().hex}", 1))
+    with pytest.raises(BuildError):
+        build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(only_fresh), progress="plain",
+                                                     log_dir=tmp_path / "logs"))
+    err = capsys.readouterr().err
+    assert "TLS certificate verification failed" in err and "--extra-ca" in err, err[-2000:]
+
+
+def _last_cert(bundle: str) -> str:
+    begin = bundle.rindex("-----BEGIN CERTIFICATE-----")
+    return bundle[begin:]

@@ -52,3 +52,11 @@ def test_host_trust_order_and_missing_file(monkeypatch, tmp_path):
     monkeypatch.setenv("PIP_CERT", str(tmp_path / "gone.pem"))
     with pytest.raises(ConfigError, match=r"^PIP_CERT: .*gone.pem: no such file"):
         build.host_trust()
+
+
+def test_unknown_driver_from_the_environment_is_refused():
+    from conftest import gpuforge
+
+    r = gpuforge("build", env={"GPUFORGE_DRIVER": "buildkitd; rm -rf /"})
+    assert r.returncode == 2 and "GPUFORGE_DRIVER='buildkitd; rm -rf /': not a build driver" in r.stderr
+    assert "Traceback" not in r.stderr
