@@ -7,3 +7,7 @@ c.ServerApp.open_browser = False
 c.ServerApp.allow_root = False
 c.ServerApp.allow_remote_access = True
 c.ServerApp.terminals_enabled = False
+# No cross-origin use: Jupyter would echo the Origin of token-authenticated requests into
+# Access-Control-Allow-Origin; a pattern no origin matches means a page elsewhere gets no CORS grant
+# (its preflight fails, so it cannot send the token) and cookie requests from it are refused.
+c.ServerApp.allow_origin_pat = r"^$"
