@@ -17,8 +17,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Newer Docker parts from trixie, pinned; they install on bookworm (they need only libc6 >= 2.34).
-# One word per package (name=version); #11 adds cosign here.
-TRIXIE=(docker-buildx=0.13.1+ds1-3)
+# One word per package (name=version). cosign signs and verifies the validation attestations (#11).
+TRIXIE=(docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5)
 
 need=()
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
