@@ -123,7 +123,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
 
 # "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that
 # process is gone (SIGKILL, OOM, a crashed runner), without touching containers of runs still alive.
-OWNER_LABEL = "io.gpuforge.owner"
+OWNER_LABEL = "io.gpuforge.process"
 
 
 def _started(pid: int) -> str:
