@@ -220,9 +220,9 @@ def attest_targets(targets: list[Target], *, reports: Path, registry: str | None
             raise RegistryError(msg)
         ref = f"{host}/{repo}@{rec['digest']}"
         attest.attest(ref, rpath, attest.VALIDATION_TYPE, key=key)
-        sbom = reports / t.id / "sbom.json"
-        if not gpu and sbom.exists():
-            attest.attest(ref, sbom, attest.INVENTORY_TYPE, key=key)
+        for name, kind in (("sbom.json", attest.INVENTORY_TYPE), ("sbom.cdx.json", "cyclonedx")):
+            if not gpu and (reports / t.id / name).exists():  # the inventory, and its CycloneDX form
+                attest.attest(ref, reports / t.id / name, kind, key=key)
         print(f"gpuforge: attested {what} report of {t.id} on {ref}", flush=True)
         out.append({"target": t.id, "ref": ref, "report": str(rpath)})
     return out

@@ -94,6 +94,14 @@ def test_ssh_audit_finds_no_failures(ssh_server, facts, timeout):
     assert not fails, f"ssh-audit fail items: {fails}"
 
 
+def test_only_sshd_listens(ssh_server, timeout):
+    """ssh mode needs port 22 and nothing else (no Jupyter, no forwarding listeners)."""
+    from plugin import listening
+
+    socks = listening(ssh_server.root, timeout)
+    assert {p for _, p in socks} == {22}, f"listening in ssh mode: {socks}"
+
+
 def test_no_key_given_is_a_clear_error(image):
     from gpuforge import run
 
