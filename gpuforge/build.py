@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gpuforge import bases, engine, paths, records, render
-from gpuforge.errors import BuildError, ConfigError
+from gpuforge import archcheck, bases, engine, paths, records, render
+from gpuforge.errors import BuildError, ConfigError, EngineError
 from gpuforge.matrix import Target
 
 LOG_DIR = Path(os.environ.get("GPUFORGE_LOG_DIR", "reports/build-logs"))
@@ -215,6 +215,15 @@ class _Runner:
                     self.kill_all()
                 return r
             image_id = iid.read_text().strip()
+        try:  # the compat data's arch list must be the installed wheel's (#11): a mismatch is a failed build
+            problem = archcheck.mismatch(t.variant, archcheck.wheel_arch_flags(image_id))
+        except EngineError as e:
+            problem = str(e)
+        if problem:
+            r.state, r.error = "failed", f"build check failed: {problem}"
+            if not self.opts.keep_going:
+                self.kill_all()
+            return r
         self._tag(t, image_id, r, recipe)
         return r
 

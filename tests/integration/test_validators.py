@@ -187,6 +187,20 @@ def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
         assert alive.id in now, "reaping removed the container of a live run"
 
 
+def test_build_compares_compat_arch_list_with_the_wheel(default_build):
+    """Every build reads the installed wheel's arch flags; the default image's agree with the compat data
+    (the build would have failed otherwise), and a compat list off by one architecture is caught."""
+    import dataclasses
+
+    from gpuforge import archcheck
+
+    t, rec = default_build
+    flags = archcheck.wheel_arch_flags(rec["image_id"])
+    assert archcheck.mismatch(t.variant, flags) is None
+    wrong = dataclasses.replace(t.variant, arch_list=(*t.variant.arch_list, "sm_120"))
+    assert "missing from the wheel: ['sm_120']" in archcheck.mismatch(wrong, flags)
+
+
 def test_hung_command_fails_with_a_clear_message(default_build):
     import testinfra
 

@@ -65,3 +65,17 @@ def test_env_credentials_go_to_a_private_file_never_argv(monkeypatch):
         assert af and os.stat(af).st_mode & 0o077 == 0
         assert "127.0.0.1:5100" in open(af).read()
     assert not os.path.exists(af)
+
+
+def test_arch_mismatch_names_both_sides():
+    import dataclasses
+
+    from gpuforge import archcheck
+    from gpuforge.image import compat
+
+    v = compat.variant("2.7.1", "12.6")
+    assert archcheck.mismatch(v, [*v.arch_list, *v.ptx]) is None
+    why = archcheck.mismatch(dataclasses.replace(v, ptx=("compute_90",)), list(v.arch_list))
+    assert "missing from the wheel: ['compute_90']" in why and "compat.yaml" in why
+    why = archcheck.mismatch(v, [*v.arch_list, "sm_100"])
+    assert "not in compat: ['sm_100']" in why
