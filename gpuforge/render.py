@@ -56,10 +56,14 @@ def shell_word(value: object) -> str:
 
 
 def dockerfile_value(value: object) -> str:
-    """An ARG/ENV value or WORKDIR path: as is when plain, else double-quoted with \\ " $ escaped (the
-    Dockerfile's own quoting; it would expand $VAR)."""
+    """An ARG/ENV value or WORKDIR path: as is when plain, else double-quoted with " $ escaped (the
+    Dockerfile's own quoting; it would expand $VAR). Backslashes are refused: parsers disagree on them
+    (hadolint misreads an escaped backslash before a quote in ENV), and no URL or user name has one."""
     text = _renderable(value, "value")
-    return text if _PLAIN_VALUE.match(text) else '"' + re.sub(r'([\\"$])', r"\\\1", text) + '"'
+    if "\\" in text:
+        msg = f"refusing to render {text!r} as a Dockerfile value: it contains a backslash"
+        raise ConfigError(msg)
+    return text if _PLAIN_VALUE.match(text) else '"' + re.sub(r'(["$])', r"\\\1", text) + '"'
 
 
 @functools.cache
