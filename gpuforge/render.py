@@ -104,7 +104,7 @@ def constraints(t: Target) -> str:
 def render_target(t: Target) -> dict[str, bytes]:
     """The target's generated files, name -> bytes (nothing written)."""
     try:  # FROM takes no quoting: the reference grammar is its guard, here as well as at plan time
-        grammar.image_reference(t.base_image)
+        grammar.image_reference(t.base_image, pinned=True)
     except ValueError as e:
         msg = f"refusing to render FROM {t.base_image!r}: {e}"
         raise ConfigError(msg) from None
