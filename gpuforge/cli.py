@@ -135,14 +135,18 @@ def cmd_validate(args) -> int:
 
     m, targets = _targets(args)
     return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
-                                     gpu=args.gpu)
+                                     gpu=args.gpu, gpu_request=args.gpu_request)
 
 
 def cmd_smoke(args) -> int:
     from gpuforge import validate
 
-    return validate.smoke(args.host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
-                          matrix=Path(args.matrix), selectors=args.selectors, pytest_args=args.pytest_args)
+    host, selectors = args.host, args.selectors
+    if args.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
+        host, selectors = None, [host, *selectors]
+    return validate.smoke(host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
+                          matrix=Path(args.matrix), selectors=selectors, pytest_args=args.pytest_args,
+                          image=args.image, gpu_request=args.gpu_request, gpus=args.gpus)
 
 
 def cmd_push(args) -> int:
@@ -215,10 +219,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
     p = add("validate", cmd_validate, "run the validators against built targets")
     p.add_argument("--reports", default="reports")
-    p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with --gpus all)")
+    p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with every GPU)")
+    gpu_request_help = ("how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
+                        "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on); env GPUFORGE_GPU_REQUEST")
+    p.add_argument("--gpu-request", default=os.environ.get("GPUFORGE_GPU_REQUEST", "nvidia"), help=gpu_request_help)
     p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
-    p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST", selectors=False)
-    p.add_argument("host", help="docker://CONTAINER, local:// or ssh://USER@HOST")
+    p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
+    p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
+    p.add_argument("--image", help="start a container of this image with every GPU and check inside it")
+    p.add_argument("--gpu-request", default=os.environ.get("GPUFORGE_GPU_REQUEST", "nvidia"), help=gpu_request_help)
+    p.add_argument("--gpus", help="GPUs the runner was asked to give (a count or 'all'); the device-count check "
+                   "fails when the container or host sees another number")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
     p.add_argument("--expect", action="append", default=[], help="KEY=VALUE expected version (overrides the target)")
     p.add_argument("--target-json", help="expected versions as JSON (e.g. /opt/gpuforge/target.json)")

@@ -70,11 +70,11 @@ class Running:
 def container(image: str, command: list[str] | None = None, *, user: str | None = None,
               env: dict[str, str] | None = None, ports: dict[int, int | None] | None = None,
               gpus: bool = False, shm_size: str | None = None, volumes: dict | None = None,
-              sysctls: dict | None = None) -> Iterator[Running]:
+              sysctls: dict | None = None, gpu_request: str = "nvidia") -> Iterator[Running]:
     """Start `image` detached; always remove it afterwards.
 
     `ports` maps container port -> host port on 127.0.0.1 (None: any free port).
-    `gpus=True` is `--gpus all` (the docker SDK's GPU device request).
+    `gpus=True` gives the container every GPU, asked for as `gpu_request` says (see gpu_device_request).
     """
     c = engine.client()
     kwargs: dict = {
@@ -86,7 +86,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     if user is not None:
         kwargs["user"] = user
     if gpus:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        kwargs["device_requests"] = [gpu_device_request(gpu_request)]
     if shm_size:
         kwargs["shm_size"] = shm_size
     if volumes:
@@ -99,7 +99,10 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
         msg = f"image {image} is not in the engine; run `gpuforge build` first"
         raise EngineError(msg) from None
     except docker.errors.APIError as e:
-        msg = f"cannot create a container of {image}: {e.explanation or e}"
+        text = str(e.explanation or e)
+        if gpus and gpu_request_failed(text):
+            raise EngineError(gpu_request_error(image, gpu_request, text)) from None
+        msg = f"cannot create a container of {image}: {text}"
         raise EngineError(msg) from None
     try:
         try:
@@ -110,15 +113,54 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
                 taken = ", ".join(f"127.0.0.1:{h}" for h in (ports or {}).values() if h)
                 msg = f"port already taken ({taken}); free it or let gpuforge pick a free port"
                 raise EngineError(msg) from None
-            if gpus and ("could not select device driver" in text or "nvidia" in text.lower()):
-                msg = f"cannot start {image} with --gpus all: {text} (install nvidia-container-toolkit on this runner)"
-                raise EngineError(msg) from None
+            if gpus and gpu_request_failed(text):
+                raise EngineError(gpu_request_error(image, gpu_request, text)) from None
             msg = f"cannot start a container of {image}: {text}"
             raise EngineError(msg) from None
         yield Running(cont)
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             cont.remove(force=True, v=True)
+
+
+GPU_REQUESTS = ("nvidia", "cdi")
+
+
+def gpu_device_request(mode: str) -> docker.types.DeviceRequest:
+    """Every GPU, asked for the way the runner's engine can give it.
+
+    nvidia: `docker run --gpus all`, served by the NVIDIA container runtime (nvidia-container-toolkit).
+    cdi: `docker run --device nvidia.com/gpu=all` (Docker >= 25 with CDI on, podman): the engine applies the
+    host's CDI spec (device nodes, driver libraries), no NVIDIA runtime needed.
+    """
+    if mode == "nvidia":
+        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+    if mode == "cdi":
+        return docker.types.DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=all"])
+    msg = f"unknown GPU request mode {mode!r} (allowed: {', '.join(GPU_REQUESTS)})"
+    raise EngineError(msg)
+
+
+def gpu_request_failed(text: str) -> bool:
+    t = text.lower()
+    return "could not select device driver" in t or "cdi" in t or "nvidia" in t
+
+
+def gpu_request_error(image: str, mode: str, text: str) -> str:
+    """The engine's refusal of a GPU request, turned into what to do about it."""
+    t = text.lower()
+    if mode == "nvidia" and "could not select device driver" in t:
+        return (f"cannot start {image} with a GPU: the engine has no NVIDIA container runtime ({text}); "
+                f"install nvidia-container-toolkit on this runner (nvidia-ctk runtime configure --runtime=docker, "
+                f"restart dockerd), or ask for GPUs through CDI: --gpu-request cdi (GPUFORGE_GPU_REQUEST=cdi)")
+    if mode == "cdi" and "could not select device driver" in t:
+        return (f"cannot start {image} with a CDI GPU request: this engine has no CDI support ({text}); "
+                f'use Docker >= 25 with {{"features": {{"cdi": true}}}} in /etc/docker/daemon.json, '
+                f"or --gpu-request nvidia with nvidia-container-toolkit")
+    if mode == "cdi" and ("unresolvable" in t or "cdi" in t):
+        return (f"cannot start {image} with a CDI GPU request ({text}); write the GPU's CDI spec: "
+                f"nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (nvidia-ctk cdi list shows nvidia.com/gpu=all)")
+    return f"cannot start {image} with a GPU ({mode} request): {text}"
 
 
 # "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that

@@ -17,7 +17,7 @@ import docker.errors
 
 from gpuforge import engine, evidence, paths, records, report, run
 from gpuforge import sbom as cyclonedx
-from gpuforge.errors import EngineError, ValidationFailed
+from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.matrix import Matrix, Target, load_matrix
 
 
@@ -47,7 +47,22 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
             print(f"gpuforge: removed {removed} container(s) left by validator run {run_id}", file=sys.stderr)
 
 
-def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False) -> int:
+def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
+    """Validator options for the GPU request mode and the GPUs asked for, grammar-checked (CLI/env input)."""
+    if gpu_request not in run.GPU_REQUESTS:
+        msg = f"--gpu-request / GPUFORGE_GPU_REQUEST: {gpu_request!r} is not one of {', '.join(run.GPU_REQUESTS)}"
+        raise ConfigError(msg)
+    out = ["--gpuforge-gpu-request", gpu_request]
+    if gpus is not None:
+        if not (gpus == "all" or (gpus.isdigit() and len(gpus) < 4)):
+            msg = f"--gpus: {gpus!r} is not a GPU count or 'all'"
+            raise ConfigError(msg)
+        out += ["--gpuforge-gpus", gpus]
+    return out
+
+
+def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
+                     gpu_request: str = "nvidia") -> int:
     c = engine.client()
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
@@ -66,7 +81,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
                 "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
                 "-o", f"junit_suite_name={t.id}"]
         if gpu:
-            args.append("--gpuforge-gpu")
+            args += ["--gpuforge-gpu", *gpu_args(gpu_request)]
         if rec.get("extra_ca"):
             args += ["--gpuforge-ca", rec["extra_ca"]]
         print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
@@ -97,10 +112,15 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
     return 0
 
 
-def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
-          selectors: list[str], pytest_args: str = "") -> int:
-    """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host)."""
-    args: list[str] = []
+def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
+          selectors: list[str], pytest_args: str = "", image: str | None = None, gpu_request: str = "nvidia",
+          gpus: str | None = None) -> int:
+    """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host), or inside a
+    container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi)."""
+    if bool(host) == bool(image):
+        msg = "smoke: give either HOST (docker://, local://, ssh://) or --image IMAGE"
+        raise ConfigError(msg)
+    args: list[str] = gpu_args(gpu_request, gpus)
     if target_json:
         args += ["--gpuforge-target", target_json]
         tid = json.loads(Path(target_json).read_text()).get("id", "host")
@@ -115,13 +135,13 @@ def smoke(host: str, *, reports: Path, expect: list[str], target_json: str | Non
     for e in expect:
         args += ["--gpuforge-expect", e]
     rpath = reports / "smoke" / f"{tid}.json"
-    args += ["--gpuforge-host", host, "--gpuforge-gpu", "--gpuforge-report", str(rpath),
-             "--junitxml", str(rpath.with_suffix(".xml"))]
+    args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
+             "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml"))]
     rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
-                 files=["test_driver.py", "test_gpu_smoke.py"], containers=host.startswith("docker://"))
+                 files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
     if rpath.exists():
         print(report.finish(rpath))
     if rc != 0:
-        msg = f"GPU smoke failed on {host} (report: {rpath})"
+        msg = f"GPU smoke failed on {host or image} (report: {rpath})"
         raise ValidationFailed(msg)
     return 0

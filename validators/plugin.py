@@ -29,11 +29,15 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-target", help="expected versions as JSON (a target.json)")
     g.addoption("--gpuforge-expect", action="append", default=[], help="KEY=VALUE expected value (overrides)")
     g.addoption("--gpuforge-report", help="write the JSON report here")
-    g.addoption("--gpuforge-gpu", action="store_true", help="run the GPU checks (containers get --gpus all)")
+    g.addoption("--gpuforge-gpu", action="store_true", help="run the GPU checks (containers get every GPU)")
+    g.addoption("--gpuforge-gpu-request", choices=("nvidia", "cdi"), default="nvidia",
+                help="how containers ask for GPUs: nvidia (--gpus all, NVIDIA runtime) or cdi (--device nvidia.com/gpu=all)")
+    g.addoption("--gpuforge-gpus", help="GPUs the runner was asked to give (a count, or 'all'); default: NVIDIA_VISIBLE_DEVICES, "
+                "else every GPU of the runner")
     g.addoption("--gpuforge-ca", help="the build's CA bundle: its certificates must appear nowhere in the image")
     g.addoption("--gpuforge-timeout", type=int, default=180, help="seconds any one command may run")
-    g.addoption("--gpuforge-min-busbw", type=float, default=1.0,
-                help="minimum NCCL all-reduce bus bandwidth in GB/s for this runner class (multi-GPU)")
+    g.addoption("--gpuforge-min-busbw", type=float, default=None,
+                help="minimum NCCL all-reduce bus bandwidth in GB/s (default: the GPU model's floor in the compat data)")
     g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
 
 
@@ -148,7 +152,8 @@ def shared_container(pytestconfig, gpu):
         return
     from gpuforge import run
 
-    with run.container(img, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None) as c:
+    with run.container(img, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None,
+                       gpu_request=pytestconfig.getoption("gpuforge_gpu_request")) as c:
         yield c
 
 

@@ -28,7 +28,8 @@ def driver(host, gpuforge_lib, facts, gpu, timeout):
 
 
 def _host(d: dict) -> hostinfo.HostGpus:
-    return hostinfo.HostGpus(**{**d, "gpus": tuple(hostinfo.Gpu(**g) for g in d["gpus"])})
+    return hostinfo.HostGpus(**{**d, "gpus": tuple(hostinfo.Gpu(**g) for g in d["gpus"]),
+                                "device_nodes": tuple(d.get("device_nodes", ()))})
 
 
 def test_driver_runs_the_image_cuda(driver, target, facts):
@@ -39,7 +40,7 @@ def test_driver_runs_the_image_cuda(driver, target, facts):
 
 
 def test_gpus_in_arch_list(driver, target, facts):
-    assert driver["gpus"], f"driver {driver['driver']} visible but no GPU listed"
+    assert driver["gpus"], f"driver {driver['driver']} visible but no GPU: {preflight.no_device_reason(_host(driver))}"
     assert target.arch_list, "the target gives no arch list"
     state, msgs = preflight.check(target.as_dict(), _host(driver))
     facts["gpus"] = driver["gpus"]

@@ -47,10 +47,23 @@ start_jupyter() {
     exec /opt/venv/bin/jupyter lab --config=/etc/jupyter/jupyter_server_config.py "$@"
 }
 
+# Warm starts (opt-in, images/programs/warm_start.py): Inductor's and Triton's caches on a volume
+# (GPUFORGE_COMPILE_CACHE=DIR), compile-cache artifacts loaded/saved (GPUFORGE_CACHE_ARTIFACTS=FILE), and a
+# user warm-up (GPUFORGE_WARMUP=module:function) run before the mode starts. A failed warm-up stops the container.
+warm_start() {
+    if [ -n "${GPUFORGE_COMPILE_CACHE:-}" ]; then
+        export TORCHINDUCTOR_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/inductor" TRITON_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/triton"
+    fi
+    if [ -n "${GPUFORGE_WARMUP:-}${GPUFORGE_CACHE_ARTIFACTS:-}" ]; then
+        /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" >&2
+    fi
+}
+
 mode="${1:-shell}"
 if [ $# -gt 0 ]; then shift; fi
 
 preflight
+warm_start
 case "$mode" in
     shell) exec /bin/bash "$@" ;;
     jupyter) start_jupyter "$@" ;;

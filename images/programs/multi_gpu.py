@@ -1,9 +1,10 @@
 """Multi-GPU smoke: one process per visible GPU (torch.multiprocessing).
 
 - NCCL all-reduce of several sizes up to 1 GiB, checked for the exact sum, with algorithm and bus
-  bandwidth computed the way nccl-tests does (busbw = algbw * 2 (n-1) / n).
+  bandwidth computed the way nccl-tests does (busbw = algbw * 2 (n-1) / n); each size is timed TRIALS
+  times and reported as best-of-N with the coefficient of variation (as DCGM's and nvbandwidth's tests do).
 - A DDP step of a model compiled first and then wrapped in DDP, compared with a one-process reference.
-Runs with world size 1 on one GPU and says so. Prints one JSON object.
+Needs world size >= 2 (gpu_smoke.py skips it on one GPU). Prints one JSON object.
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 and friends) in every process.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ import time
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(SAFE_ENV)
 SIZES = [1 << 20, 16 << 20, 256 << 20, 1 << 30]  # bytes
+TRIALS = 5
 
 
 def _free_port() -> int:
@@ -60,15 +63,21 @@ def worker(rank: int, world: int, port: int, out_dir: str) -> None:
         exact = bool((t == expected).all())
         dist.barrier()
         iters = 5 if size >= 256 << 20 else 20
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t)
-        torch.cuda.synchronize()
-        sec = (time.perf_counter() - t0) / iters
-        algbw = size / sec / 1e9
-        res["allreduce"].append({"bytes": size, "exact": exact, "us": round(sec * 1e6, 1), "algbw_gbs": round(algbw, 2),
-                                 "busbw_gbs": round(algbw * 2 * (world - 1) / world, 2)})
+        busbw = []
+        for _ in range(TRIALS):
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            torch.cuda.synchronize()
+            sec = (time.perf_counter() - t0) / iters
+            busbw.append(size / sec / 1e9 * 2 * (world - 1) / world)
+        mean = statistics.fmean(busbw)
+        res["allreduce"].append({"bytes": size, "exact": exact, "trials": TRIALS, "busbw_gbs": round(max(busbw), 2),
+                                 "busbw_mean_gbs": round(mean, 2),
+                                 "busbw_cv": round(statistics.pstdev(busbw) / mean, 4) if mean else None,
+                                 "busbw_all_gbs": [round(b, 2) for b in busbw]})
     # DDP of a compiled model vs one process over the whole batch
     model = _model().cuda()
     ddp = DDP(torch.compile(model), device_ids=[rank])
@@ -108,18 +117,16 @@ def main() -> int:
     import torch.multiprocessing as mp
 
     world = torch.cuda.device_count()
-    if world == 0:
-        print(json.dumps({"ok": False, "error": "no CUDA device"}))
+    if world < 2:
+        print(json.dumps({"ok": False, "error": f"world size {world}: multi-GPU checks need at least 2 GPUs"}))
         return 1
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         mp.spawn(worker, args=(world, _free_port(), out), nprocs=world, join=True)
         with open(os.path.join(out, "rank0.json")) as f:
             res = json.load(f)
-    res.update(world_size=world, single_gpu=world == 1, topology=topology(), seconds=round(time.perf_counter() - t0, 2),
+    res.update(world_size=world, topology=topology(), seconds=round(time.perf_counter() - t0, 2),
                env={k: os.environ.get(k) for k in SAFE_ENV})
-    if world == 1:
-        res["note"] = "world size 1: all-reduce is a local copy, bus bandwidth is 0 by definition"
     res["ok"] = all(a["exact"] for a in res["allreduce"]) and res["ddp"]["ok"]
     print(json.dumps(res))
     return 0 if res["ok"] else 1

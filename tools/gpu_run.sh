@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Everything issue #14 measures on the GPU machine (an H200 with no Docker and no network), in one call each:
+#   tools/gpu_run.sh local   driver + smoke validators against local://, the device-count check made to fail with
+#                            NVIDIA_VISIBLE_DEVICES, the perf table with the warm-start rows      (carry .whl)
+#   tools/gpu_run.sh cdi     a carried Docker 26.1.5 with CDI on, an image made from the host's userland plus
+#                            gpuforge's image files, the entrypoint's preflight (exit 70 cases), the --gpus error,
+#                            and `gpuforge smoke --image … --gpu-request cdi`                     (carry .whl .device)
+# Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
+# engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
+set -u
+OUT=${OUT:-/tmp/gpuforge-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# torch 2.11+cu130 is what this machine has; the versions it must show are given here, not read from it.
+# shellcheck disable=SC2054  # the arch list is one comma-separated value
+EXPECT=(--expect torch=2.11.0+cu130 --expect cuda=13.0 --expect arch_list=sm_75,sm_80,sm_86,sm_90,sm_100,sm_120)
+G="python3 -m gpuforge"
+t() { echo "== $(date +%T) $*"; }
+
+local_run() {
+    t host; nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$OUT/host.txt"
+    python3 -c 'import torch, triton; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), triton.__version__)' | tee -a "$OUT/host.txt"
+    python3 -c 'import torch.utils.cpp_extension as c; print("CUDA_HOME", c.CUDA_HOME)' >> "$OUT/host.txt" 2>&1
+    du -sh /usr/local/cuda* /opt/torch 2>/dev/null >> "$OUT/host.txt"
+    t "smoke local://"
+    $G smoke local:// "${EXPECT[@]}" --reports /tmp/r 2>&1 | tee "$OUT/smoke-local.log"
+    echo "rc=${PIPESTATUS[0]}" >> "$OUT/smoke-local.log"
+    cp /tmp/r/smoke/*.json "$OUT/smoke.json"
+    t "device count: the runner is told 2 GPUs were given (NVIDIA_VISIBLE_DEVICES=0,1); this host has 1"
+    NVIDIA_VISIBLE_DEVICES=0,1 $G smoke local:// "${EXPECT[@]}" --reports /tmp/r2 \
+        --pytest-args "-k 'sees_exactly or driver_runs'" 2>&1 | tail -25 | tee "$OUT/count-negative.log"
+    echo "rc=${PIPESTATUS[0]}" >> "$OUT/count-negative.log"
+    [ "${GPUFORGE_SKIP_PERF:-}" = 1 ] && { t finished; return; }
+    t "perf table + warm start"
+    python3 images/programs/perf_table.py --json "$OUT/perf.json" --md "$OUT/perf.md" 2>&1 | grep -v -i warn | tail -30
+    t finished
+}
+
+cdi_run() {
+    D=/tmp/dk; mkdir -p $D; for f in .device/debs/*.deb; do dpkg -x "$f" $D; done
+    export PATH=$D/usr/sbin:$D/usr/bin:$PATH
+    echo $D/lib/x86_64-linux-gnu > /etc/ld.so.conf.d/zz-dk.conf; ldconfig
+    mkdir -p /etc/docker /etc/cdi
+    echo '{"features": {"cdi": true}}' > /etc/docker/daemon.json
+    # What `nvidia-ctk cdi generate` describes for this host: the device nodes, the driver's folder, its libraries.
+    cat > /etc/cdi/nvidia.yaml <<'Y'
+cdiVersion: "0.6.0"
+kind: nvidia.com/gpu
+devices:
+  - name: "0"
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0}]
+  - name: all
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0}]
+containerEdits:
+  deviceNodes: [{path: /dev/nvidiactl}, {path: /dev/nvidia-uvm}, {path: /dev/nvidia-uvm-tools}]
+  mounts:
+    - {hostPath: /usr/local/nvidia, containerPath: /usr/local/nvidia, options: [ro, nosuid, nodev, bind]}
+  env: [LD_LIBRARY_PATH=/usr/local/nvidia/lib64, NVIDIA_VISIBLE_DEVICES=void]
+Y
+    (setsid dockerd --iptables=false --bridge=none > /tmp/dockerd.log 2>&1 &)
+    for _ in $(seq 40); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker version --format 'engine {{.Server.Version}} api {{.Server.APIVersion}}' | tee "$OUT/engine.txt"
+    docker info 2>&1 | grep -iE 'cdi|Storage Driver|Cgroup Version' | tee -a "$OUT/engine.txt"
+    t "image from the host userland"
+    tar -C / -c --exclude='./usr/local/nvidia' --exclude='./opt/nvidia' --exclude='./usr/local/cuda-*/nsight*' ./usr ./lib64 ./bin ./sbin ./etc ./opt/torch ./opt/gcc 2>/dev/null \
+        | docker import - hostbase:raw >/dev/null
+    # gpuforge's image files, as the Dockerfile lays them out; the host's venv stands in for /opt/venv
+    python3 -c 'import json; json.dump({"id": "h200-host-torch211", "torch": "2.11.0+cu130", "cuda": "13.0",
+        "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "ptx": []}, open("/tmp/target.json", "w"))'
+    docker create --name fix --network none hostbase:raw /usr/bin/true >/dev/null
+    docker cp gpuforge/image fix:/opt/gpuforge-image && docker cp images/programs fix:/opt/gpuforge-programs \
+        && docker cp images/context/entrypoint.sh fix:/usr/local/bin/gpuforge-entrypoint && docker cp $D/usr/bin/tini fix:/usr/bin/tini \
+        && docker cp /tmp/target.json fix:/opt/gpuforge-target.json
+    docker commit fix hostbase:files >/dev/null && docker rm fix >/dev/null
+    docker run --name fix2 --network none --entrypoint /usr/bin/sh hostbase:files -c 'ln -s usr/lib /lib 2>/dev/null || true; mkdir -p /tmp && chmod 1777 /tmp;
+        mkdir -p /opt/gpuforge/lib/gpuforge && mv /opt/gpuforge-image /opt/gpuforge/lib/gpuforge/image &&
+        mv /opt/gpuforge-programs /opt/gpuforge/programs && mv /opt/gpuforge-target.json /opt/gpuforge/target.json &&
+        ln -s /opt/torch/.venv /opt/venv && chmod 755 /usr/local/bin/gpuforge-entrypoint'
+    docker commit --change 'ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/gpuforge-entrypoint"]' \
+        --change 'ENV PATH=/opt/torch/.venv/bin:/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        fix2 gpuforge-h200:cdi >/dev/null && docker rm fix2 >/dev/null
+    IMG=gpuforge-h200:cdi
+    t "entrypoint preflight in containers" | tee "$OUT/entrypoint.txt"
+    {
+        echo "-- CDI GPU, verbose:"; docker run --rm --device nvidia.com/gpu=all -e GPUFORGE_PREFLIGHT_VERBOSE=1 $IMG true; echo "rc=$?"
+        echo "-- no GPU request:"; docker run --rm $IMG true; echo "rc=$?"
+        echo "-- no GPU request, GPUFORGE_REQUIRE_GPU=1:"; docker run --rm -e GPUFORGE_REQUIRE_GPU=1 $IMG true; echo "rc=$?"
+        echo "-- NVIDIA_VISIBLE_DEVICES=void, CDI GPU (what nvidia-ctk's spec sets): "
+        docker run --rm --device nvidia.com/gpu=all -e NVIDIA_VISIBLE_DEVICES=void $IMG sh -c 'nvidia-smi -L'; echo "rc=$?"
+        echo "-- --gpus all (the NVIDIA runtime, absent here), through gpuforge:"
+        python3 -c 'import sys
+from gpuforge import run
+from gpuforge.errors import EngineError
+try:
+    with run.container(sys.argv[1], ["true"], gpus=True, gpu_request="nvidia"):
+        print("started?!")
+except EngineError as e:
+    print("EngineError:", e)' $IMG
+        echo "-- plain docker: "; docker run --rm --gpus all $IMG true; echo "rc=$?"
+    } 2>&1 | tee -a "$OUT/entrypoint.txt"
+    t "gpuforge smoke --image $IMG --gpu-request cdi"
+    $G smoke --image $IMG --gpu-request cdi "${EXPECT[@]}" --reports /tmp/rc 2>&1 | tee "$OUT/smoke-cdi.log"
+    echo "rc=${PIPESTATUS[0]}" >> "$OUT/smoke-cdi.log"
+    cp /tmp/rc/smoke/*.json "$OUT/smoke-cdi.json"
+    docker ps -a --format '{{.Names}} {{.Status}}' | tee -a "$OUT/smoke-cdi.log"
+    tail -5 /tmp/dockerd.log
+    t finished
+}
+
+case "${1:-}" in
+    local) local_run ;;
+    cdi) cdi_run ;;
+    *) echo "usage: tools/gpu_run.sh local|cdi" >&2; exit 64 ;;
+esac
