@@ -90,14 +90,15 @@ def test_cross_origin_post_refused(server):
     xsrf = s.cookies.get("_xsrf")
     assert xsrf, f"no _xsrf cookie after login: {s.cookies.keys()}"
     evil = {"Origin": "http://evil.example", "Referer": "http://evil.example/"}
-    r = s.post(f"{url}/api/kernels", json={"name": "python3"}, timeout=30, headers={**evil, "X-XSRFToken": xsrf})
-    assert r.status_code in (401, 403, 404), f"cross-origin cookie POST /api/kernels answered {r.status_code}"
+    cross = s.post(f"{url}/api/kernels", json={"name": "python3"}, timeout=30, headers={**evil, "X-XSRFToken": xsrf})
+    assert cross.status_code in (401, 403, 404), f"cross-origin cookie POST /api/kernels answered {cross.status_code}"
     r = s.post(f"{url}/api/kernels", json={"name": "python3"}, timeout=30, headers={"Origin": url})
     assert r.status_code in (401, 403), f"same-origin cookie POST without the XSRF token answered {r.status_code}"
-    pre = requests.options(f"{url}/api/kernels", timeout=10, headers={
-        **evil, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
-    got = requests.get(f"{url}/api/status", headers={**auth, **evil}, timeout=10)
-    for resp in (pre, got):
+    # Answers to another origin carry no CORS grant, so a page there cannot read them (Jupyter would echo the
+    # Origin of token-authenticated requests; the image's allow_origin_pat stops that). A preflight asking for
+    # the Authorization header is granted by Jupyter by design: the request behind it still needs the token.
+    for resp in (cross, requests.get(f"{url}/api/status", headers={**auth, **evil}, timeout=10),
+                 requests.get(f"{url}/api/status", headers=evil, timeout=10)):
         assert "access-control-allow-origin" not in {k.lower() for k in resp.headers}, dict(resp.headers)
     assert requests.get(f"{url}/api/kernels", headers=auth, timeout=10).json() == []
 
