@@ -112,3 +112,15 @@ def test_report_digest_changes_with_any_edit():
     edited["facts"]["versions"] = {"torch": "2.7.1+cu999"}
     assert evidence.digest_of(rep) == evidence.digest_of(copy.deepcopy(rep))
     assert evidence.digest_of(rep) != evidence.digest_of(edited)
+
+
+def test_a_one_gpu_runner_may_skip_the_collectives_only():
+    rep = _report(gpu=True)
+    multi = [c for c in rep["checks"] if c["name"].startswith("test_multi_gpu_")]
+    assert multi, "the smoke suite has multi-GPU checks"
+    for c in multi:
+        c.update(outcome="skipped", message="Skipped: world size 1: one GPU visible, no collective to check")
+    assert evidence.problems(rep) == []
+    single = next(c for c in rep["checks"] if c["name"] == "test_cuda_available")
+    single.update(outcome="skipped", message="Skipped: world size 1: one GPU visible, no collective to check")
+    assert evidence.problems(rep)
