@@ -183,8 +183,8 @@ def tag(value: str, *, room: int = 0) -> str:
     return value
 
 
-def image_reference(value: str) -> str:
-    """NAME[:TAG][@DIGEST] as docker pull takes it."""
+def image_reference(value: str, *, pinned: bool = False) -> str:
+    """NAME[:TAG][@DIGEST] as docker pull takes it; `pinned`: with a tag other than latest, or a digest."""
     _plain(value, "an image reference")
     m = _REFERENCE_RE.match(value)
     if not m:
@@ -194,6 +194,9 @@ def image_reference(value: str) -> str:
     name_len = len(value.split("@")[0].rsplit(":", 1)[0] if m.group("tag") else value.split("@")[0])
     if name_len > NAME_MAX:
         msg = f"{value!r}: the image name is longer than {NAME_MAX} characters"
+        raise ValueError(msg)
+    if pinned and not m.group("digest") and m.group("tag") in (None, "latest"):
+        msg = f"{value!r} needs a version tag (not latest) or a digest, e.g. ubuntu:24.04, so rebuilds start from the same base"
         raise ValueError(msg)
     return value
 

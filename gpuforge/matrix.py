@@ -453,7 +453,7 @@ def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tupl
     if row.values["source"] == "cuda-base":
         ref, _ = compat.cuda_image(row.values["cuda"], row.values["flavor"], os_name, spec.cuda_base_image)
         try:
-            grammar.image_reference(ref or "")
+            grammar.image_reference(ref or "", pinned=True)
         except ValueError as e:
             problems.add(("cuda_base_image",), f"renders {e}", tid, key="renders")
         return ref or "", None

@@ -58,7 +58,7 @@ class Bootstrap(BaseModel):
 
 class Base(BaseModel):
     model_config = _strict
-    image: _each(grammar.image_reference) | None = None
+    image: _each(lambda v: grammar.image_reference(v, pinned=True)) | None = None
     bootstrap: Bootstrap | None = None
 
     @model_validator(mode="after")

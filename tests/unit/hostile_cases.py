@@ -124,6 +124,7 @@ CASES = [
          ("bases.ubuntu22.04.image", "is not ubuntu22.04", "22.04 or jammy")),
     Case("base-image-wrong-family", swap(7, '  ubuntu22.04: {image: "debian:12"}'), 7, ("is debian, not ubuntu",)),
     Case("base-image-not-a-reference", swap(7, '  ubuntu22.04: {image: "Ubuntu:22.04; id"}'), 7, ("is not an image reference",)),
+    Case("base-image-unpinned", swap(7, '  ubuntu22.04: {image: "ubuntu:latest"}'), 7, ("needs a version tag (not latest) or a digest",)),
     Case("cuda-base-without-cuda-version", add('cuda_base_image: "nvidia/cuda:{flavor}-{os}"\n'), END, ("must contain {cuda_full}",)),
     Case("cuda-base-unknown-placeholder", add('cuda_base_image: "nvidia/cuda:{cuda}-{os}"\n'), END,
          ("unknown placeholder {cuda}", "perhaps you meant 'cuda_full'")),
