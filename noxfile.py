@@ -119,6 +119,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "tools/bench_build.py", *session.posargs)
 
 
+@nox.session(python=PY, default=False, tags=["bench"])
+def bench_matrix(session: nox.Session) -> None:
+    """Matrix benchmark: hostile matrices (time, peak RSS, budgets) and a 2,000-target plan vs d32d7c3."""
+    _install(session)
+    session.run("python", "tools/bench_matrix.py", *session.posargs)
+
+
 @nox.session(python=False, default=False, tags=["maintenance"])
 def engine(session: nox.Session) -> None:
     """Install and start a local Docker engine + registry tools on a bare Debian box (root)."""
