@@ -5,6 +5,8 @@
 #   tools/gpu_run.sh cdi     a carried Docker 26.1.5 with CDI on, an image made from the host's userland plus
 #                            gpuforge's image files, the entrypoint's preflight (exit 70 cases), the --gpus error,
 #                            and `gpuforge smoke --image … --gpu-request cdi`                     (carry .whl .device)
+#   tools/gpu_run.sh warm    the same engine: warm starts across two fresh containers (artifacts file, cache dir on a
+#                            volume), the C++ AOTInductor loader, the bare host's AOTInductor crash (carry .whl .device)
 # Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
 # engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
 set -u
@@ -38,7 +40,7 @@ local_run() {
     t finished
 }
 
-cdi_run() {
+cdi_setup() {
     D=/tmp/dk; mkdir -p $D; for f in .device/debs/*.deb; do dpkg -x "$f" $D; done
     export PATH=$D/usr/sbin:$D/usr/bin:$PATH
     echo $D/lib/x86_64-linux-gnu > /etc/ld.so.conf.d/zz-dk.conf; ldconfig
@@ -83,7 +85,12 @@ Y
     docker commit --change 'ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/gpuforge-entrypoint"]' \
         --change 'ENV PATH=/opt/torch/.venv/bin:/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         fix2 gpuforge-h200:cdi >/dev/null && docker rm fix2 >/dev/null
-    IMG=gpuforge-h200:cdi
+}
+
+IMG=gpuforge-h200:cdi
+
+cdi_run() {
+    cdi_setup
     t "entrypoint preflight in containers" | tee "$OUT/entrypoint.txt"
     {
         echo "-- CDI GPU, verbose:"; docker run --rm --device nvidia.com/gpu=all -e GPUFORGE_PREFLIGHT_VERBOSE=1 $IMG true; echo "rc=$?"
@@ -111,8 +118,35 @@ except EngineError as e:
     t finished
 }
 
+# Warm starts as users get them: two fresh containers through the entrypoint, the cache on a volume; then the
+# AOTInductor paths (the bare host's Python loader crashed in the first runs; the C++ loader of devel images).
+warm_run() {
+    cdi_setup
+    R=(docker run --rm --network none --device nvidia.com/gpu=all --shm-size 2g)
+    {
+        for how in artifacts dir; do
+            rm -rf /tmp/wvol; mkdir -p /tmp/wvol; chmod 777 /tmp/wvol
+            if [ $how = artifacts ]; then E=(-e GPUFORGE_CACHE_ARTIFACTS=/cache/artifacts.bin); else E=(-e GPUFORGE_COMPILE_CACHE=/cache); fi
+            for n in 1 2; do
+                s=$(date +%s%N)
+                "${R[@]}" -v /tmp/wvol:/cache -e GPUFORGE_WARMUP=warm_start:resnet50_bs1 "${E[@]}" $IMG true 2>&1 | grep '^{'
+                echo "container $how #$n: docker run wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
+            done
+            du -sh /tmp/wvol
+        done
+        echo "-- bad GPUFORGE_WARMUP:"; "${R[@]}" -e 'GPUFORGE_WARMUP=os.system(1)' $IMG true; echo "rc=$?"
+    } 2>&1 | tee "$OUT/warm-containers.txt"
+    t "AOTI: C++ loader in the container"
+    "${R[@]}" $IMG python3 /opt/gpuforge/programs/gpu_smoke.py --only device,aoti_cpp 2>&1 | tail -1 | cut -c1-3000 | tee "$OUT/aoti.txt"
+    t "AOTI on the bare host: environment, then with only the driver's folder on LD_LIBRARY_PATH"
+    { echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; env | grep -iE '^(CUDA|NVIDIA|TORCH)' ; } | tee -a "$OUT/aoti.txt"
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64 python3 images/programs/gpu_smoke.py --only device,aoti 2>&1 | tail -1 | cut -c1-1500 | tee -a "$OUT/aoti.txt"
+    t finished
+}
+
 case "${1:-}" in
     local) local_run ;;
     cdi) cdi_run ;;
-    *) echo "usage: tools/gpu_run.sh local|cdi" >&2; exit 64 ;;
+    warm) warm_run ;;
+    *) echo "usage: tools/gpu_run.sh local|cdi|warm" >&2; exit 64 ;;
 esac

@@ -22,10 +22,11 @@ def thresholds() -> dict:
 
 
 @pytest.fixture(scope="module")
-def smoke(host, programs, gpu, facts, thresholds):
+def smoke(host, programs, gpu, facts, thresholds, target):
     if not gpu:
         pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
-    r = sh(host, "python3 %s --multi-gpu --thresholds %s", f"{programs}/gpu_smoke.py", json.dumps(thresholds),
+    devel = " --devel" if target.get("flavor") == "devel" else ""  # devel images promise the C++ AOTI path too
+    r = sh(host, "python3 %s --multi-gpu" + devel + " --thresholds %s", f"{programs}/gpu_smoke.py", json.dumps(thresholds),
            timeout=1800, check=False)
     try:
         rep = json.loads(r.stdout.strip().splitlines()[-1])
@@ -47,6 +48,8 @@ def _ok(checks: dict, name: str) -> dict:
 def gpus_asked(option: str | None, *, is_image: bool, host_spec: str | None, env: dict, runner_count) -> tuple[int | None, str]:
     """(count, where that number comes from); count None: nobody can say here (the check is skipped)."""
     if option and option != "all":
+        if not option.isdigit():
+            pytest.fail(f"--gpuforge-gpus {option!r}: give a GPU count or 'all'")
         return int(option), f"--gpuforge-gpus {option}"
     if not option and not is_image:
         nvd = (env.get("NVIDIA_VISIBLE_DEVICES") or "").strip()
@@ -157,8 +160,12 @@ def test_nvrtc_jiterator(smoke, thresholds):
 
 
 def test_aotinductor_package_round_trip(smoke, thresholds):
+    """Python: package, load in a fresh process, compare with eager; devel images: also a C++ loader."""
     a = _ok(smoke, "aoti")
     assert a["rel_err"] < thresholds["aoti_rel_err"], f"AOTInductor package output off eager by {a['rel_err']:.2e}"
+    if "aoti_cpp" in smoke:
+        c = _ok(smoke, "aoti_cpp")
+        assert c["rel_err"] < thresholds["aoti_rel_err"], f"the C++ loader's output is off eager by {c['rel_err']:.2e}"
 
 
 def test_handwritten_triton_kernel(smoke):

@@ -457,6 +457,60 @@ def check_aoti() -> dict:
             "compile_s": round(compile_s, 2), "load_run_s": round(time.perf_counter() - t0, 2), "package_bytes": size}
 
 
+_AOTI_CPP = r"""
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/torch.h>
+#include <cstdio>
+int main(int argc, char** argv) {
+  torch::inductor::AOTIModelPackageLoader loader(argv[1]);
+  auto x = (torch::arange(4 * 3 * 32 * 32, torch::kFloat) / 4096.0 - 1.5).reshape({4, 3, 32, 32}).to(torch::kCUDA);
+  auto out = loader.run({x})[0].to(torch::kCPU).to(torch::kDouble).contiguous();
+  for (int64_t i = 0; i < out.numel(); ++i) std::printf("%.9g\n", out.data_ptr<double>()[i]);
+  return 0;
+}
+"""
+
+
+def check_aoti_cpp() -> dict:
+    """Python-free deployment: an AOTInductor package run by a C++ program built against the wheel's libtorch
+    (devel images: needs g++ and the CUDA headers the package build used)."""
+    import shutil
+
+    import torch
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        return {"ok": False, "error": "no C++ compiler (c++/g++) on PATH"}
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
+                                torch.nn.Flatten(), torch.nn.Linear(256, 10)).cuda().eval()
+    x = ((torch.arange(4 * 3 * 32 * 32, dtype=torch.float32) / 4096.0 - 1.5).reshape(4, 3, 32, 32)).cuda()
+    with torch.no_grad():
+        ref = model(x).double().cpu().flatten()
+    root = os.path.dirname(torch.__file__)
+    with tempfile.TemporaryDirectory(prefix="gpuforge-aoti-cpp-") as d:
+        pkg = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)), package_path=os.path.join(d, "m.pt2"))
+        src, exe = os.path.join(d, "loader.cpp"), os.path.join(d, "loader")
+        with open(src, "w") as f:
+            f.write(_AOTI_CPP)
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        cmd = [cxx, "-std=c++17", "-O1", src, "-o", exe, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+               f"-I{root}/include", f"-I{root}/include/torch/csrc/api/include", f"-L{root}/lib",
+               "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{root}/lib"]
+        t0 = time.perf_counter()
+        b = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        build_s = time.perf_counter() - t0
+        if b.returncode != 0:
+            return {"ok": False, "error": f"building the C++ loader failed: {b.stderr[-2000:]}", "build_s": round(build_s, 1)}
+        r = subprocess.run([exe, pkg], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return {"ok": False, "error": f"C++ loader exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}"}
+    got = torch.tensor([float(v) for v in r.stdout.split()], dtype=torch.float64)
+    err = float((got - ref).norm() / ref.norm()) if got.numel() == ref.numel() else float("inf")
+    return {"ok": err < TH["aoti_rel_err"], "rel_err": err, "limit": TH["aoti_rel_err"], "build_s": round(build_s, 1),
+            "values": int(got.numel())}
+
+
 def check_shm() -> dict:
     st = os.statvfs("/dev/shm")
     size = st.f_blocks * st.f_frsize
@@ -484,6 +538,8 @@ CHECKS = {
     "amp_training": check_amp_training, "sdpa": check_sdpa, "cufft": check_cufft, "curand": check_curand,
     "cusolver": check_cusolver, "nvrtc": check_nvrtc, "aoti": check_aoti, "compile_cache": check_compile_cache,
 }
+# Run with --only or --devel (devel images: a C++ toolchain and CUDA headers are part of the promise).
+EXTRA = {"aoti_cpp": check_aoti_cpp}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -491,19 +547,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="also write the JSON report here")
     ap.add_argument("--multi-gpu", action="store_true", help="add the NCCL all-reduce + DDP part")
     ap.add_argument("--only", help="comma-separated checks to run")
+    ap.add_argument("--devel", action="store_true", help="also the devel-image checks (C++ AOTInductor loader)")
     ap.add_argument("--thresholds", help="JSON object of bars (the host toolkit's smoke_thresholds) over DEFAULTS")
     args = ap.parse_args(argv)
     if args.thresholds:
         TH.update(json.loads(args.thresholds))
     # A fresh Inductor cache for this run, so first-compile figures are real compiles (not earlier runs' hits).
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpuforge-smoke-inductor-"))
-    names = args.only.split(",") if args.only else list(CHECKS)
+    names = args.only.split(",") if args.only else list(CHECKS) + (list(EXTRA) if args.devel else [])
     report: dict = {"checks": {}, "thresholds": TH}
     t_all = time.perf_counter()
     for name in names:
         t0 = time.perf_counter()
         try:
-            res = CHECKS[name]()
+            res = {**CHECKS, **EXTRA}[name]()
         except Exception as e:
             res = {"ok": False, "error": f"{type(e).__name__}: {e}"[-3000:], "traceback": traceback.format_exc()[-3000:]}
         res["seconds"] = round(time.perf_counter() - t0, 2)

@@ -121,6 +121,11 @@ def test_gpus_asked(option, is_image, spec, env, runner, want):
     assert got == want, why
 
 
+def test_gpus_option_grammar():
+    with pytest.raises(pytest.fail.Exception, match="give a GPU count"):
+        v.gpus_asked("2;id", is_image=False, host_spec=None, env={}, runner_count=lambda: 1)
+
+
 def test_fewer_gpus_than_asked_fails(monkeypatch):
     class Cfg:
         def getoption(self, name):
