@@ -135,3 +135,45 @@ def test_committed_json_schema_is_current_and_accepts_the_matrix():
     assert committed == json_schema(), "matrix.schema.json is stale: run `nox -s schema`"
     data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     assert set(data) <= set(committed["properties"]) and set(committed["required"]) <= set(data)
+
+
+def test_plan_table_never_truncates_ids_without_a_tty(capsys):
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    for t in load_matrix().targets:
+        assert t.id in out and t.base_image in out
+    assert "…" not in out
+
+
+def test_yaml_merge_keys_and_anchors_work_and_keep_lines(write_matrix):
+    text = BASE_MATRIX.replace("default:", "  include:\n    - &devel {torch: \"2.7.1\", cuda: \"12.6\", python: \"3.11\", os: debian12, "
+                                           "flavor: runtime, source: wheels}\n    - {<<: *devel, flavor: devel}\ndefault:")
+    m = load_matrix(write_matrix(text))
+    assert {"pt271-cu126-py311-debian12-runtime-wheels", "pt271-cu126-py311-debian12-devel-wheels"} <= {t.id for t in m.targets}
+    assert m.doc.line(("matrix", "include", 1, "flavor")) == 15 and m.doc.line(("matrix", "include", 1, "torch")) == 15
+
+
+def test_extra_ca_next_to_the_matrix_is_accepted(write_matrix, tmp_path):
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    assert load_matrix(write_matrix(BASE_MATRIX + "extra_ca: certs/ca.pem\n")).spec.extra_ca == "certs/ca.pem"
+
+
+def test_one_mistake_is_one_line_however_many_targets(write_matrix):
+    text = BASE_MATRIX.replace('python: ["3.12"]', 'python: ["3.11"]')
+    with pytest.raises(ConfigError) as e:
+        load_matrix(write_matrix(text))
+    assert str(e.value).count("\n") == 0 and "(4 targets, e.g." in str(e.value) and ":9: matrix.python.0:" in str(e.value)
+
+
+def test_settings_are_resolved_once_per_combination_of_sources(write_matrix):
+    text = BASE_MATRIX + 'overrides:\n  - {select: "flavor=devel", apt_packages: [vim]}\n'
+    m = load_matrix(write_matrix(text))
+    devel = [t for t in m.targets if t.flavor == "devel"]
+    assert devel[0].settings is devel[1].settings and devel[0].settings.apt_packages == ["vim"]
+    assert all(t.settings.apt_packages == [] for t in m.targets if t.flavor == "runtime")
+
+
+def test_pip_packages_that_keep_the_cuda_pins_are_fine(write_matrix):
+    text = BASE_MATRIX + 'defaults: {pip_packages: ["rich==15.0.0", "nvidia-cudnn-cu12>=9"]}\n'
+    assert load_matrix(write_matrix(text)).targets[0].settings.pip_packages == ["rich==15.0.0", "nvidia-cudnn-cu12>=9"]

@@ -48,3 +48,17 @@ def test_space_separated_in_one_argument():
 def test_selector_errors(sels, msg):
     with pytest.raises(SelectorError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         select(TS, sels)
+
+
+def test_compiled_selectors_match_like_matches():
+    from gpuforge.selectors import compile, hit
+
+    c = compile(["cuda=12.{6,8}", "*-devel"])
+    assert [t.id for t in TS if hit(t, c)] == [t.id for t in TS if matches(t, ["cuda=12.{6,8}", "*-devel"])] == ["b-devel"]
+
+
+def test_brace_bombs_are_refused_before_expanding():
+    with pytest.raises(SelectorError, match="expand to more than 1024 patterns"):
+        select(TS, ["{a,b}" * 30])
+    with pytest.raises(SelectorError, match="expand to more than 1024 patterns"):
+        matches(TS[0], ["cuda=" + "{1,2}" * 11])
