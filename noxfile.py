@@ -34,7 +34,7 @@ def schema(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """hadolint the generated Dockerfiles, ruff the Python, shellcheck the scripts, check the workflows."""
+    """hadolint the generated Dockerfiles, ruff, shellcheck, zizmor + the workflow schema, the lock is current."""
     _install(session, "lint")
     session.run("python", "tools/lint.py", *session.posargs)
 
@@ -114,7 +114,7 @@ def lock(session: nox.Session) -> None:
 
 @nox.session(python=PY, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """Build benchmark: gpuforge vs plain docker build, and the warm entrypoint-only rebuild."""
+    """Build benchmark: warm gpuforge vs plain docker build (`-- --cold`: uv vs pip vs a naive Dockerfile)."""
     _install(session)
     session.run("python", "tools/bench_build.py", *session.posargs)
 

@@ -30,8 +30,17 @@ from gpuforge import build, engine, paths, render
 from gpuforge.matrix import load_matrix
 
 
+def install_step_seconds(log: str) -> float | None:
+    """How long the step that installs torch took, from BuildKit's plain progress (`#N DONE 85.7s`)."""
+    for num, head in re.findall(r"^(#\d+) \[[^\]]*\] (RUN .*)$", log, re.M):
+        if "pip install" in head and "torch==" in head:
+            m = re.search(rf"^{num} DONE ([0-9.]+)s$", log, re.M)
+            return float(m.group(1)) if m else None
+    return None
+
+
 def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | None, tag: str,
-                no_cache: bool = False) -> float:
+                no_cache: bool = False, steps: list | None = None) -> float:
     argv = [driver.client, *(["buildx", "build", "--load"] if driver.name == "buildx" else ["build"]),
             "--progress=plain", "-t", tag, "-f", str(dockerfile), *(["--no-cache"] if no_cache else [])]
     if ca:
@@ -41,6 +50,8 @@ def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | N
     if p.returncode != 0:
         sys.__stderr__.write(p.stdout[-3000:] + p.stderr[-3000:])
         p.check_returncode()
+    if steps is not None:
+        steps.append(install_step_seconds(p.stdout + p.stderr))
     return time.monotonic() - t0
 
 
@@ -87,18 +98,24 @@ def cold(t, driver: engine.Driver, ca: str | None, rounds: int) -> None:
              "gpuforge before uv (pip)": lambda: fresh_cache_mounts(pip_variant(generated)),
              "naive pip Dockerfile": lambda: naive_dockerfile(t)}
     times: dict[str, list[float]] = {k: [] for k in sides}
+    steps: dict[str, list] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as tmp:
         for r in range(rounds):
             for i, (name, make) in enumerate(sides.items()):
                 df = Path(tmp) / f"Dockerfile.{i}"
                 df.write_text(make())
-                times[name].append(plain_build(driver, root, df, ca, f"gpuforge-bench/cold-{i}:latest", no_cache=True))
-                print(f"  round {r + 1}: {name}: {times[name][-1]:.1f} s", file=sys.__stdout__, flush=True)
+                times[name].append(plain_build(driver, root, df, ca, f"gpuforge-bench/cold-{i}:latest", no_cache=True,
+                                               steps=steps[name]))
+                print(f"  round {r + 1}: {name}: {times[name][-1]:.1f} s (torch install step {steps[name][-1]} s)",
+                      file=sys.__stdout__, flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["gpuforge before uv (pip)"]
     print(f"cold builds of {t.id} ({driver.describe()}), {rounds} round(s), interleaved, no cache, fresh cache mounts:")
+    step = {k: statistics.median(v) if None not in v else None for k, v in steps.items()}
     for k, v in times.items():
-        print(f"  {k:26s} median {med[k]:7.1f} s  runs {[round(x, 1) for x in v]}  ratio to pip {med[k] / base:.2f}")
+        st = f"torch install step {step[k]:6.1f} s (ratio {step[k] / step['gpuforge before uv (pip)']:.2f})" if all(
+            step.values()) else ""
+        print(f"  {k:26s} median {med[k]:7.1f} s  runs {[round(x, 1) for x in v]}  ratio to pip {med[k] / base:.2f}  {st}")
     ratio = med["gpuforge (uv)"] / base
     print(f"  gpuforge (uv) / gpuforge before uv (pip): {ratio:.2f}  (goal <= 0.75: {'met' if ratio <= 0.75 else 'NOT met'}); "
           f"uv / naive: {med['gpuforge (uv)'] / med['naive pip Dockerfile']:.2f}")

@@ -163,8 +163,12 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     t, _ = default_build
     m = _matrix(tmp_path, cache_registry, "gpuforge-test-13/cache")
     ref = load_matrix(m).select(None)[0].tags[0]
-    env_a = {"GPUFORGE_STATE_DIR": str(tmp_path / "a"), "GPUFORGE_LOG_DIR": str(tmp_path / "a-logs")}
-    r = gpuforge("--matrix", str(m), "build", "--cache-to", "type=inline", "--progress", "plain", env=env_a)
+    # both runners build one snapshot of the checkout (as two CI runners check out one commit)
+    snap = shutil.copytree(ROOT, tmp_path / "checkout", ignore=shutil.ignore_patterns(
+        ".git", ".nox", ".gpuforge", "reports", "__pycache__", "*.egg-info", ".venv"))
+    env_a = {"GPUFORGE_STATE_DIR": str(tmp_path / "a"), "GPUFORGE_LOG_DIR": str(tmp_path / "a-logs"),
+             "GPUFORGE_ROOT": str(snap)}
+    r = gpuforge("--matrix", str(m), "build", "--cache-to", "type=inline", "--progress", "plain", env=env_a, cwd=snap)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     if build.host_trust():
         assert "using the host's pip trust" in r.stdout
@@ -181,8 +185,9 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     assert save.wait() == 0
     assert not second_engine.client.images.list(name=ref.rsplit(":", 1)[0])
     env_b = {"DOCKER_HOST": second_engine.host, "GPUFORGE_STATE_DIR": str(tmp_path / "b"),
-             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs")}
-    r = gpuforge("--matrix", str(m), "build", "--cache-from", f"type=registry,ref={ref}", "--progress", "plain", env=env_b)
+             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap)}
+    r = gpuforge("--matrix", str(m), "build", "--cache-from", f"type=registry,ref={ref}", "--progress", "plain", env=env_b,
+                 cwd=snap)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     rec_b = _record(tmp_path / "b", t.id, monkeypatch)
     built_by(f"{t.id} (runner B, --cache-from the registry)", rec_b)
