@@ -214,6 +214,20 @@ def _allowed_at(loc: tuple) -> tuple[str, ...]:
     return ()
 
 
+def _real_loc(data: object, err: dict) -> tuple:
+    """err's loc without the union/validator branch names pydantic adds: the keys and indexes found in the
+    data, plus the name of a missing field."""
+    loc, cur = [], data
+    for p in err["loc"]:
+        if (isinstance(cur, dict) and p in cur) or (isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur)):
+            loc.append(p)
+            cur = cur[p]
+        elif err["type"] == "missing" and isinstance(p, str) and p not in _BRANCHES and "[" not in p:
+            loc.append(p)
+            break
+    return tuple(loc)
+
+
 def json_schema() -> dict:
     """matrix.yaml's JSON schema, generated from the models (editors validate against it)."""
     return MatrixFile.model_json_schema()
@@ -240,9 +254,7 @@ def parse(doc: Positioned) -> MatrixFile:
     except ValidationError as e:
         by_loc: dict[tuple, tuple[int, str]] = {}
         for err in e.errors():
-            # pydantic adds union/validator branch names to loc; keep only real keys and indexes
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in _BRANCHES
-                                                                              or p.startswith("function-"))))
+            loc = _real_loc(doc.data, err)
             if loc not in by_loc:  # one line per value (a union reports each branch)
                 by_loc[loc] = (doc.line(loc), f"{doc.where(loc)}: {field(loc)}: {_hint(err, doc, loc)}")
         raise ConfigError(report([text for _, text in sorted(by_loc.values(), key=lambda x: x[0])])) from None

@@ -43,15 +43,16 @@ if sys.argv[2] != "-":
     for i in range(int(os.environ["BENCH_RELEASES"])):
         data["torch"][f"9.{i}.0"] = data["torch"]["2.7.1"]
     compat.data = lambda: data
-rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def hwm_mb():  # this process's own peak RSS (ru_maxrss would start from the parent's at fork)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]) / 1024
+rss0 = hwm_mb()
 t0 = time.perf_counter()
 try:
     rc = main(["--matrix", sys.argv[1], "plan", *sys.argv[4:]])
 except BaseException as e:
     rc = f"{type(e).__name__}"
 dt = time.perf_counter() - t0
-json.dump({"rc": rc, "s": dt, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "import_mb": rss0 / 1024, "module": compat.__file__}, out)
+json.dump({"rc": rc, "s": dt, "peak_mb": hwm_mb(), "import_mb": rss0, "module": compat.__file__}, out)
 """
 
 

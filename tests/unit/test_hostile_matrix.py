@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 from hostile_cases import BASE, CASES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuforge.cli import main
 
@@ -44,3 +46,22 @@ def test_the_base_of_the_table_is_valid(tmp_path, capsys):
 def test_at_least_forty_cases_with_unique_ids():
     assert len(CASES) >= 40
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+# Edits a careless hand or a broken script makes: YAML syntax, anchors, tags, odd scalars, bad bytes.
+_TOKENS = ["{", "}", "[", "]", ":", "- ", "&a ", "*a", "<<: ", "!!str ", "!!int ", "'", '"', "\n", "  ", "null", "no",
+           "1e400", ".nan", "{id}", "%", "? ", "|", "#", "\t", "~", "12.10", "@", "`", ",", "\x00", "\udcff", "é"]
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, len(BASE)), st.integers(0, 4), st.sampled_from(_TOKENS)), min_size=1, max_size=4))
+def test_random_edits_end_in_a_plan_or_an_error_line_never_a_traceback(tmp_path, capsys, edits):
+    text = BASE
+    for pos, cut, token in edits:
+        text = text[:pos] + token + text[pos + cut:]
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    rc = main(["--matrix", str(path), "plan"])
+    err = capsys.readouterr().err
+    assert rc in (0, 2), err
+    assert rc == 0 or err.startswith(f"gpuforge: error: {path}"), err
