@@ -25,6 +25,7 @@ _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 _SEQ = "tag:yaml.org,2002:seq"
 _MAP = "tag:yaml.org,2002:map"
+_BINARY = "tag:yaml.org,2002:binary"
 _KIND = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "a number", "tag:yaml.org,2002:float": "a number",
          "tag:yaml.org,2002:null": "null", "tag:yaml.org,2002:timestamp": "a date"}
 
@@ -87,7 +88,7 @@ class _Builder:
             tag = self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
         if tag == _STR:
             return ev.value
-        ctor = self.loader.yaml_constructors.get(tag)
+        ctor = self.loader.yaml_constructors.get(tag) if tag in _KIND or tag == _BINARY else None
         if ctor is None:
             self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain strings, numbers, lists and mappings)")
         try:
