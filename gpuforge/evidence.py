@@ -115,6 +115,19 @@ def problems(rep: dict, *, require_gpu: bool = False) -> list[str]:
     return out
 
 
+def _canon(v):
+    """Numbers as a JSON round trip through Go (cosign's predicate) leaves them: 2.0 and 2 are one value."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _canon(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_canon(x) for x in v]
+    return v
+
+
 def digest_of(rep: dict) -> str:
-    """sha256 of a report's canonical JSON: recorded at validation, compared before promotion."""
-    return "sha256:" + hashlib.sha256(json.dumps(rep, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """sha256 of a report's canonical JSON: recorded at validation, compared before promotion (and with
+    the signed predicate on the registry)."""
+    text = json.dumps(_canon(rep), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -4,6 +4,7 @@ report dicts shaped like the plugin writes them; the required set is really coll
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -124,3 +125,12 @@ def test_a_one_gpu_runner_may_skip_the_collectives_only():
     single = next(c for c in rep["checks"] if c["name"] == "test_cuda_available")
     single.update(outcome="skipped", message="Skipped: world size 1: one GPU visible, no collective to check")
     assert evidence.problems(rep)
+
+
+def test_report_digest_survives_a_go_json_round_trip():
+    """cosign re-serialises the predicate in Go: integral floats come back as integers."""
+    rep = _report()
+    rep["checks"][0]["seconds"] = 0.0
+    rep["seconds"] = 12.0
+    back = json.loads(json.dumps(rep).replace("0.0,", "0,").replace("12.0", "12"))
+    assert evidence.digest_of(back) == evidence.digest_of(rep)
