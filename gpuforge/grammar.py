@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 import string
-import unicodedata
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -51,6 +50,9 @@ SYSTEM_ACCOUNTS = frozenset("""
     systemd-resolve systemd-timesync systemd-coredump sshd ssh _ssh tss lastlog uuidd syslog polkitd
 """.split())
 
+# Unicode categories Cc (C0, DEL, C1), Zl, Zp, Cs: what ends or breaks a Dockerfile line in some parser.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
 # URLs: RFC 3986 characters only (no whitespace, quotes, backslashes or control characters).
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+\Z")
 
@@ -69,10 +71,8 @@ def nearest(value: object, allowed) -> str:
 
 def printable(value: str) -> str | None:
     """Why `value` cannot go into a Dockerfile line at all (control or line-break characters), or None."""
-    for i, ch in enumerate(value):
-        if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs"):
-            return f"character {i + 1} is the control character {ch!r}"
-    return None
+    m = _UNPRINTABLE.search(value)
+    return f"character {m.start() + 1} is the control character {m.group()!r}" if m else None
 
 
 def _plain(value: str, what: str) -> None:

@@ -367,17 +367,18 @@ def _check_extra_ca(spec: MatrixFile, path: Path, problems: Problems) -> None:
         problems.add(("extra_ca",), f"{f}: not a PEM bundle (no -----BEGIN CERTIFICATE----- line)")
 
 
-def _check_pip_pins(settings: Settings, source: dict, variant: compat.Variant, problems: Problems, tid: str) -> None:
+def _pip_pin_conflicts(settings: Settings, source: dict, variant: compat.Variant) -> list[tuple[tuple, str]]:
     """pip_packages may not move a CUDA wheel that the target's constraints pin (pip would fail at build)."""
     pins = {canonicalize_name(k): (k, v) for k, v in variant.nvidia_pins.items()}
+    out = []
     for i, text in enumerate(settings.pip_packages):
         req = grammar.pip_requirement(text)
         pin = pins.get(canonicalize_name(req.name))
         if pin and not req.specifier.contains(pin[1], prereleases=True):
             loc = source.get("pip_packages", ("defaults",))
-            problems.add((*loc, "pip_packages", i) if loc[-1] != "pip_packages" else (*loc, i),
-                         f"{text!r} conflicts with {pin[0]}=={pin[1]}, which torch {variant.torch} {variant.name} pins", tid,
-                         key="pin")
+            out.append(((*loc, "pip_packages", i) if loc[-1] != "pip_packages" else (*loc, i),
+                        f"{text!r} conflicts with {pin[0]}=={pin[1]}, which torch {variant.torch} {variant.name} pins"))
+    return out
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
@@ -394,6 +395,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     targets: list[Target] = []
     seen: dict[str, tuple] = {}
     variants: dict[tuple, compat.Variant | None] = {}
+    pin_conflicts: dict[tuple, list] = {}
     for row in rows or ():
         axes = {k: row.values[k] for k in AXES}
         tid = target_id(**{("os_name" if k == "os" else k): v for k, v in axes.items()})
@@ -414,7 +416,10 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         if key not in variants:
             variants[key] = compat.variant(*key)
         variant = variants[key]
-        _check_pip_pins(settings, source, variant, problems, tid)
+        if (id(settings), key) not in pin_conflicts:  # once per distinct settings and torch variant
+            pin_conflicts[id(settings), key] = _pip_pin_conflicts(settings, source, variant)
+        for loc, message in pin_conflicts[id(settings), key]:
+            problems.add(loc, message, tid, key="pin")
         base_image, boot = _base_for(spec, row, problems, tid)
         fmt = {**axes, "id": tid, "cuda_tag": compat.cuda_variant_name(axes["cuda"])}
         tag = spec.tag_template.format(**fmt)
