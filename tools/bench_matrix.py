@@ -112,7 +112,30 @@ def bench_cases(tmp: Path, old: Path | None, only: set[str]) -> bool:
             o = run(path, old=old)
             line += f"  | {o['rc']!s:>12} {o['s']:7.3f} {o['peak_mb']:8.1f}"
         print(line + ("  OVER BUDGET" if over else ""))
+    if not only:  # the other side of the size limit: the largest file accepted still plans in time
+        r = run(largest_accepted(tmp / "largest"), old=None)
+        over = r["rc"] != 0 or r["s"] > CASE_S or r["peak_mb"] > CASE_MB
+        ok &= not over
+        print(f"{'(valid) 1 MiB of apt packages':34} {r['rc']!s:>4} {r['s']:7.3f} {r['peak_mb']:8.1f}" + ("  OVER BUDGET" if over else ""))
     return ok
+
+
+def largest_accepted(folder: Path) -> Path:
+    """A valid matrix just under the loader's size limit: 1 MiB of apt package names to check."""
+    from hostile_cases import BASE
+
+    from gpuforge.yamlpos import MAX_BYTES
+
+    head, tail = BASE.split("  apt_packages: [vim]\n")
+    names, size, i = [], len(BASE) + 40, 0
+    while size + len(f"pkg{i}, ") < MAX_BYTES:
+        names.append(f"pkg{i}")
+        size += len(names[-1]) + 2
+        i += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "matrix.yaml"
+    path.write_text(f"{head}  apt_packages: [{', '.join(names)}]\n{tail}")
+    return path
 
 
 def fleet_matrix(releases: int) -> str:
