@@ -173,9 +173,11 @@ def _started(pid: int) -> str:
     it names one process, even after the pid is reused."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
         return ""
+    # a zombie (Z) or dead (X) process is gone, even while no parent has collected it yet
+    return "" if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
 def _owner() -> str:

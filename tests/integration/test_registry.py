@@ -300,6 +300,17 @@ def test_repushed_tag_after_validation_is_refused(validated, auth_registry, cred
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-dev") == res["digest"]
 
 
+def test_digest_gone_from_the_registry_is_refused(validated, auth_registry, creds, restore_record):
+    t = _target(validated, auth_registry, "gpuforge/gone")
+    [res] = promote.push_targets([t])
+    with auth_file(auth_registry) as af:
+        subprocess.run(["skopeo", "delete", "--tls-verify=false", "--authfile", af,
+                        f"docker://{auth_registry}/gpuforge/gone@{res['digest']}"], check=True, capture_output=True)
+    with pytest.raises(PromotionRefused, match=f"the registry has no manifest {res['digest']}"):
+        promote.promote_targets([t], env="dev", reports=validated["reports"])
+    assert _digest(auth_registry, "gpuforge/gone", f"{t.tag}-dev") is None
+
+
 def test_prod_before_dev_is_refused(validated, auth_registry, creds):
     t = _target(validated, auth_registry, "gpuforge/nodev")
     promote.push_targets([t])

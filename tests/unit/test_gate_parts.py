@@ -79,3 +79,17 @@ def test_arch_mismatch_names_both_sides():
     assert "missing from the wheel: ['compute_90']" in why and "compat.yaml" in why
     why = archcheck.mismatch(v, [*v.arch_list, "sm_100"])
     assert "not in compat: ['sm_100']" in why
+
+
+def test_a_zombie_owner_is_gone():
+    """A killed run's process may linger as a zombie when nothing collects it (PID 1 in some containers)."""
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = f"{socket.gethostname()}:{p.pid}:{run._started(p.pid)}"
+    for _ in range(100):  # exited but not waited for: a zombie
+        if open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    assert not run.owner_alive(owner)
+    p.wait()
