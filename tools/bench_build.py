@@ -9,7 +9,8 @@ Goals: ratio <= 1.05, warm entrypoint rebuild <= 15 s.
   2. gpuforge before uv: the same Dockerfile with pip doing the installs;
   3. a naive Dockerfile: apt + `pip install --no-cache-dir` of the same pins, no cache mounts.
 Cold without touching anyone's cache: `--no-cache` and cache mounts with ids unique to the run, so
-every layer is rebuilt and every wheel downloaded. Goal: 1 <= 0.75 x 2.
+every layer is rebuilt and every wheel downloaded. Goal: 1 <= 0.75 x 2. A cold run leaves ~18 GB of
+build cache (its own unshared records) and needs a quiet machine: other builds on the same cores skew it.
 """
 
 from __future__ import annotations
@@ -100,14 +101,26 @@ def cold(t, driver: engine.Driver, ca: str | None, rounds: int) -> None:
     times: dict[str, list[float]] = {k: [] for k in sides}
     steps: dict[str, list] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as tmp:
-        for r in range(rounds):
-            for i, (name, make) in enumerate(sides.items()):
-                df = Path(tmp) / f"Dockerfile.{i}"
-                df.write_text(make())
-                times[name].append(plain_build(driver, root, df, ca, f"gpuforge-bench/cold-{i}:latest", no_cache=True,
-                                               steps=steps[name]))
-                print(f"  round {r + 1}: {name}: {times[name][-1]:.1f} s (torch install step {steps[name][-1]} s)",
-                      file=sys.__stdout__, flush=True)
+        try:
+            _cold_rounds(sides, times, steps, driver, root, ca, rounds, Path(tmp))
+        finally:  # also after a failed build (e.g. no space left): the bench's images never outlive it
+            for i in range(len(sides)):
+                subprocess.run([driver.client, "rmi", f"gpuforge-bench/cold-{i}:latest"], capture_output=True)
+    _cold_report(t, driver, times, steps, rounds)
+
+
+def _cold_rounds(sides, times, steps, driver, root, ca, rounds, tmp: Path) -> None:
+    for r in range(rounds):
+        for i, (name, make) in enumerate(sides.items()):
+            df = tmp / f"Dockerfile.{i}"
+            df.write_text(make())
+            times[name].append(plain_build(driver, root, df, ca, f"gpuforge-bench/cold-{i}:latest", no_cache=True,
+                                           steps=steps[name]))
+            print(f"  round {r + 1}: {name}: {times[name][-1]:.1f} s (torch install step {steps[name][-1]} s)",
+                  file=sys.__stdout__, flush=True)
+
+
+def _cold_report(t, driver, times, steps, rounds) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["gpuforge before uv (pip)"]
     print(f"cold builds of {t.id} ({driver.describe()}), {rounds} round(s), interleaved, no cache, fresh cache mounts:")
@@ -119,8 +132,6 @@ def cold(t, driver: engine.Driver, ca: str | None, rounds: int) -> None:
     ratio = med["gpuforge (uv)"] / base
     print(f"  gpuforge (uv) / gpuforge before uv (pip): {ratio:.2f}  (goal <= 0.75: {'met' if ratio <= 0.75 else 'NOT met'}); "
           f"uv / naive: {med['gpuforge (uv)'] / med['naive pip Dockerfile']:.2f}")
-    for i in range(len(sides)):
-        subprocess.run([driver.client, "rmi", f"gpuforge-bench/cold-{i}:latest"], capture_output=True)
 
 
 def main() -> int:
