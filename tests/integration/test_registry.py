@@ -194,11 +194,11 @@ def test_promoting_twice_changes_nothing(pushed, validated, creds):
     assert again["moved"] == [] and set(again["unchanged"]) == {f"{t.tag}-dev", *t.aliases["dev"]}
 
 
-def _refused(t, match: str, reports, **kw):
-    before = _digest(t.registry, t.repository, f"{t.tag}-prod")
+def _refused(t, match: str, reports, env: str = "prod", **kw):
+    before = [_digest(t.registry, t.repository, f"{t.tag}-{e}") for e in ("dev", "prod")]
     with pytest.raises(PromotionRefused, match=match) as e:
-        promote.promote_targets([t], env="prod", reports=reports, **kw)
-    assert _digest(t.registry, t.repository, f"{t.tag}-prod") == before
+        promote.promote_targets([t], env=env, reports=reports, **kw)
+    assert [_digest(t.registry, t.repository, f"{t.tag}-{e}") for e in ("dev", "prod")] == before, "a tag moved"
     return str(e.value)
 
 
@@ -247,7 +247,7 @@ def test_hand_edited_report_is_refused(pushed, validated, creds, tmp_path, resto
     _refused(t, "was changed after validation", reports)
     # an editor who also rewrites the local build record still meets the signed report on the registry
     records.update(t.id, report_digest=evidence.digest_of(rep))
-    _refused(t, "differs from the signed one on the registry", reports)
+    _refused(t, "differs from the signed one on the registry", reports, env="dev")
 
 
 def test_report_for_another_image_is_refused(pushed, validated, creds, tmp_path, restore_record):
@@ -266,7 +266,8 @@ def test_unsigned_or_wrongly_signed_evidence_is_refused(pushed, validated, creds
     _refused(t, "no way to verify the signed evidence", validated["reports"])
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(tmp_path / "other")], check=True,
                    capture_output=True, env={**os.environ, "COSIGN_PASSWORD": "x"})
-    _refused(t, "carries no signed validation attestation that verifies", validated["reports"], key=str(tmp_path / "other.pub"))
+    _refused(t, "carries no signed validation attestation that verifies", validated["reports"], env="dev",
+             key=str(tmp_path / "other.pub"))
 
 
 def test_prod_needs_a_gpu_report_when_required(pushed, validated, creds):
