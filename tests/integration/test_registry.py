@@ -263,7 +263,7 @@ def test_report_for_another_image_is_refused(pushed, validated, creds, tmp_path,
 def test_unsigned_or_wrongly_signed_evidence_is_refused(pushed, validated, creds, monkeypatch, tmp_path):
     t, _ = pushed
     monkeypatch.delenv("GPUFORGE_COSIGN_PUBLIC_KEY")
-    _refused(t, "no way to verify the signed evidence", validated["reports"])
+    _refused(t, "no way to verify the signed evidence", validated["reports"], env="dev")
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(tmp_path / "other")], check=True,
                    capture_output=True, env={**os.environ, "COSIGN_PASSWORD": "x"})
     _refused(t, "carries no signed validation attestation that verifies", validated["reports"], env="dev",
