@@ -1,0 +1,37 @@
+"""The newcomer path is one path: README's set-up step and test command are what .ci/run runs, and the
+set-up script pins what it takes from trixie (and only that) at apt priority 100."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+
+SCRIPT = (ROOT / "tools" / "start-engine.sh").read_text()
+
+
+def _commands(text: str) -> list[str]:
+    return [line.split("#")[0].strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_ci_runs_the_readme_commands():
+    readme = (ROOT / "README.md").read_text()
+    ci = _commands((ROOT / ".ci" / "run").read_text())
+    assert "bash tools/start-engine.sh" in ci and "nox -s lint tests" in ci
+    assert "bash tools/start-engine.sh   # Docker engine" in readme
+    assert "nox -s lint tests          # the tests" in readme and "nox -s build validate      # the main job" in readme
+    assert not any("pip install" in c for c in ci), ".ci/run must install nothing the README's set-up step does not"
+
+
+def test_trixie_packages_are_pinned_and_held_at_priority_100():
+    [entries] = re.findall(r"^TRIXIE=\(([^)]*)\)$", SCRIPT, re.M)
+    pkgs = entries.split()
+    assert "docker-buildx=0.13.1+ds1-3" in pkgs
+    assert all(re.fullmatch(r"[a-z0-9.+-]+=[0-9][\w.+:~-]*", p) for p in pkgs), pkgs
+    assert "Pin: release n=trixie\\nPin-Priority: 100" in SCRIPT
+    assert '-t trixie --no-install-recommends "${trixie_need[@]}"' in SCRIPT
+
+
+def test_nox_comes_from_the_hashed_lock():
+    assert "--require-hashes --no-deps -r requirements/nox.lock" in SCRIPT
+    assert 'exec sudo' in SCRIPT  # a non-root user with sudo gets the same path
