@@ -6,6 +6,7 @@ the second engine ~2-3 min, bake of the default target (warm) seconds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -107,16 +108,16 @@ class SecondEngine:
     It gets a bridge of its own: `--bridge=none` would make dockerd delete the shared docker0 interface
     (the first engine's containers and RUN steps then lose their network)."""
 
-    BRIDGE, CIDR = "gf13br0", "10.213.213.1/24"
-
     def __init__(self, d: Path):
         self.d, self.sock = d, d / "s.sock"
-        subprocess.run(["ip", "link", "del", self.BRIDGE], capture_output=True)  # left by a crashed run
-        subprocess.run(["ip", "link", "add", self.BRIDGE, "type", "bridge"], check=True, capture_output=True)
-        subprocess.run(["ip", "addr", "add", self.CIDR, "dev", self.BRIDGE], check=True, capture_output=True)
+        # per run (two test runs may overlap on one machine): a bridge name and subnet from the temp dir's name
+        self.bridge = f"gf13{d.name[-6:]}"
+        self.cidr = f"10.213.{int(hashlib.sha256(d.name.encode()).hexdigest(), 16) % 250 + 1}.1/24"
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True, capture_output=True)
+        subprocess.run(["ip", "addr", "add", self.cidr, "dev", self.bridge], check=True, capture_output=True)
         self.log = open(d / "dockerd.log", "w")  # closed in stop()
         self.proc = subprocess.Popen(["dockerd", "--data-root", str(d / "data"), "--exec-root", str(d / "x"),
-                                      "--pidfile", str(d / "pid"), "-H", f"unix://{self.sock}", f"--bridge={self.BRIDGE}",
+                                      "--pidfile", str(d / "pid"), "-H", f"unix://{self.sock}", f"--bridge={self.bridge}",
                                       "--iptables=false", "--ip-masq=false"], stdout=self.log, stderr=subprocess.STDOUT)
         self.host = f"unix://{self.sock}"
         for _ in range(60):
@@ -135,7 +136,7 @@ class SecondEngine:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
-        subprocess.run(["ip", "link", "del", self.BRIDGE], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         shutil.rmtree(self.d, ignore_errors=True)
 
 
@@ -143,7 +144,7 @@ class SecondEngine:
 def second_engine(docker_engine):
     if not (shutil.which("dockerd") and shutil.which("ip")):
         need_engine("dockerd and ip (a second engine for the registry-cache test)")
-    d = Path(subprocess.run(["mktemp", "-d", "/var/tmp/gf13-XXXX"], capture_output=True, text=True, check=True).stdout.strip())
+    d = Path(subprocess.run(["mktemp", "-d", "/var/tmp/gf13-XXXXXX"], capture_output=True, text=True, check=True).stdout.strip())
     eng = SecondEngine(d)  # a short path: the socket path must stay under 108 bytes
     yield eng
     eng.stop()
