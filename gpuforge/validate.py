@@ -104,6 +104,9 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         if rc == 0 and rep["evidence"]["partial"]:
             print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
                   "fine for debugging, never promotable", file=sys.stderr)
+        elif rc == 0 and not rep["green"]:  # every check ran, yet not evidence (e.g. a skip off the reviewed list)
+            print(f"gpuforge: {t.id}: not evidence: {'; '.join(rep['problems'])}", file=sys.stderr)
+            failed.append(t.id)
         if rc != 0:
             failed.append(t.id)
     if failed:

@@ -135,6 +135,27 @@ def test_wrong_expected_torch_fails_versions(default_build, tmp_path):
     assert [c["name"] for c in rep["checks"] if c["outcome"] == "failed"] == ["test_torch"]
 
 
+def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path):
+    """Every required check ran (none deselected), but they skipped for a reason off the reviewed list:
+    not partial, not evidence, and `gpuforge validate` exits 5 naming why."""
+    import copy
+
+    from gpuforge import records
+
+    t, _ = default_build
+    before = copy.deepcopy(records.require(t.id))
+    path = f"{ROOT / 'tests' / 'integration'}:{os.environ.get('PYTHONPATH', '')}"
+    try:
+        r = gpuforge("validate", "--reports", str(tmp_path), "--pytest-args", "-p skip_everything", env={"PYTHONPATH": path})
+    finally:
+        records.update(t.id, **before)
+    assert r.returncode == 5, r.stderr[-2000:]
+    assert "not evidence: required check" in r.stderr and "reason not on the reviewed list" in r.stderr
+    rep = report.load(tmp_path / t.id / "report.json")
+    assert not rep["evidence"]["partial"] and not rep["green"]
+    assert "RED" in (tmp_path / t.id / "report.md").read_text()
+
+
 def test_interrupted_validate_leaves_no_container(default_build, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
