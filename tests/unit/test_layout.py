@@ -46,3 +46,9 @@ def test_no_python_under_dist_and_no_package_copies():
     root = paths.project_root()
     assert not list((root / "images" / "dist").rglob("*.py"))
     assert not (root / "validators" / "units").exists()
+
+
+def test_test_module_basenames_are_unique():
+    """pytest's default import mode needs unique basenames across tests/unit and tests/integration."""
+    names = [p.name for p in (paths.project_root() / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
