@@ -42,11 +42,15 @@ def write_matrix(tmp_path):
     return _write
 
 
-def need_engine(what: str = "a Docker engine"):
-    msg = f"needs {what}: none answers (start one with `bash tools/start-engine.sh`)"
+def need(msg: str):
+    """A resource the test needs is absent: skip saying why, or FAIL under GPUFORGE_REQUIRE_DOCKER=1 (CI)."""
     if REQUIRE:
         pytest.fail(f"GPUFORGE_REQUIRE_DOCKER=1 but {msg}")
     pytest.skip(msg)
+
+
+def need_engine(what: str = "a Docker engine"):
+    need(f"needs {what}: none answers (start one with `bash tools/start-engine.sh`)")
 
 
 @pytest.fixture(scope="session")

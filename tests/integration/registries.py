@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from conftest import REQUIRE
+from conftest import need
 
 PORTS = range(5100, 5200)
 SERVICE, ISSUER = "gpuforge-test-registry", "gpuforge-test-token-server"
@@ -136,10 +136,7 @@ class LocalRegistry:
     def __init__(self, d: Path, auth: str | None, users: dict[str, tuple[str, set[str]]] | None = None):
         exe = shutil.which("docker-registry")
         if not exe:
-            msg = "needs Debian's docker-registry (apt-get install docker-registry)"
-            if REQUIRE:
-                pytest.fail(msg)
-            pytest.skip(msg)
+            need("needs Debian's docker-registry (apt-get install docker-registry)")
         self.tokens: TokenServer | None = TokenServer(d, users or {}) if auth == "token" else None
         port = free_port()  # after the token server has bound its own
         text = (f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {d / 'data'}\n  delete:\n    enabled: true\n"

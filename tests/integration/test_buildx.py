@@ -19,7 +19,7 @@ import docker
 import pytest
 from registries import LocalRegistry
 
-from conftest import ROOT, gpuforge, need_engine
+from conftest import ROOT, gpuforge, need
 from gpuforge import build, engine, locks, records, render
 from gpuforge.matrix import load_matrix
 
@@ -68,7 +68,7 @@ def built_by(request):
 @pytest.fixture(scope="module")
 def buildx_present(docker_engine):
     if subprocess.run([DOCKER, "buildx", "version"], capture_output=True).returncode != 0:
-        need_engine("the buildx plugin (tools/start-engine.sh installs docker-buildx from trixie)")
+        need("needs the buildx plugin (tools/start-engine.sh installs docker-buildx from trixie)")
 
 
 def test_buildx_is_chosen_when_present_and_classic_can_be_forced(buildx_present, default_build, built_by):
@@ -143,7 +143,7 @@ class SecondEngine:
 @pytest.fixture(scope="module")
 def second_engine(docker_engine):
     if not (shutil.which("dockerd") and shutil.which("ip")):
-        need_engine("dockerd and ip (a second engine for the registry-cache test)")
+        need("needs dockerd and ip (a second engine for the registry-cache test)")
     d = Path(subprocess.run(["mktemp", "-d", "/var/tmp/gf13-XXXXXX"], capture_output=True, text=True, check=True).stdout.strip())
     eng = SecondEngine(d)  # a short path: the socket path must stay under 108 bytes
     yield eng

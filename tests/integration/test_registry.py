@@ -19,7 +19,7 @@ import time
 import pytest
 from registries import LocalRegistry, free_port
 
-from conftest import REQUIRE, gpuforge
+from conftest import gpuforge, need
 from gpuforge import attest, bases, evidence, promote, records
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.registry import Registry, auth_file
@@ -35,10 +35,7 @@ KEY_PASSWORD = "cosign-test-key-pass"
 def cosign_keys(tmp_path_factory):
     """A cosign key pair made for this run (the private key encrypted with KEY_PASSWORD)."""
     if not shutil.which("cosign"):
-        msg = "needs cosign (Debian trixie's; tools/start-engine.sh installs it)"
-        if REQUIRE:
-            pytest.fail(msg)
-        pytest.skip(msg)
+        need("needs cosign (Debian trixie's; tools/start-engine.sh installs it)")
     d = tmp_path_factory.mktemp("cosign")
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(d / "test")], check=True,
                    capture_output=True, env={**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD})
