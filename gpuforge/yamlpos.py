@@ -93,7 +93,8 @@ class _Builder:
             self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain strings, numbers, lists and mappings)")
         try:
             return ctor(self.loader, yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style))
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+        # IndexError: PyYAML's int constructor reads value[0], so an empty `!!int` raises it
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, IndexError) as e:
             self.fail(ev.start_mark, f"cannot read {ev.value!r} as {tag.rsplit(':', 1)[-1]}: {getattr(e, 'problem', None) or e}")
         return None
 
