@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import uuid
 
 import pytest
 
@@ -54,21 +56,45 @@ def scratch_records(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
 
 
+def _steps(log: str) -> dict[int, tuple[str, bool]]:
+    """Dockerfile step number -> (instruction, cached?) from a plain-progress BuildKit log."""
+    vertex, steps = {}, {}
+    for line in log.splitlines():
+        if m := re.match(r"#(\d+) \[\S+\s+(\d+)/\d+\] (.*)", line):
+            vertex[m[1]] = int(m[2])
+            steps[int(m[2])] = (m[3], False)
+        elif (m := re.match(r"#(\d+) CACHED", line)) and m[1] in vertex:
+            steps[vertex[m[1]]] = (steps[vertex[m[1]]][0], True)
+    return steps
+
+
 def test_entrypoint_only_change_reuses_the_torch_layer(default_build, docker_engine, tmp_path, test_ca, scratch_records):
+    # What is asserted is BuildKit's own account: every step before the entrypoint COPY is served from cache
+    # and only that step runs. Layer digests are not compared with the default image: an engine that has
+    # run a --no-cache build of the same commit holds two equivalent results per cache key and may serve
+    # either (CI failed that way once on a reused engine).
     t, rec = default_build
     ctx = _copy_context(tmp_path, t)
+    marker = f"# an entrypoint-only change {uuid.uuid4().hex}"  # unique, so that step cannot come from an old run
     with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
-        f.write("# an entrypoint-only change\n")
+        f.write(marker + "\n")
     t2 = dataclasses.replace(t, tags=("gpuforge-test/rebuild:entrypoint",))  # same id: same COPY paths, same cache keys
     [res] = build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
                                                          log_dir=tmp_path))
+    print(f"\nwarm rebuild after an entrypoint-only change: {res.seconds:.1f} s")
+    steps = _steps(res.log.read_text())
+    [entry] = [k for k, (instr, _) in steps.items() if instr.startswith("COPY images/context/entrypoint.sh")]
+    assert not steps[entry][1], "the changed entrypoint was not copied again"
+    rebuilt = [f"{k}: {instr[:60]}" for k, (instr, cached) in sorted(steps.items())
+               if not cached and 1 < k and (k < entry or instr.startswith("RUN"))]
+    assert not rebuilt, f"steps ran again (only the entrypoint COPY and later metadata may): {rebuilt}"
+    assert res.seconds < 15, "an entrypoint-only rebuild must take seconds, not a torch install"
     a = docker_engine.images.get(rec["image_id"]).attrs["RootFS"]["Layers"]
     b = docker_engine.images.get(res.image_id).attrs["RootFS"]["Layers"]
-    print(f"\nwarm rebuild after an entrypoint-only change: {res.seconds:.1f} s")
-    assert len(a) == len(b)
-    differ = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
-    assert len(differ) == 1, f"layers that differ: {differ} (only the entrypoint's may)"
-    assert differ[0] == len(a) - 1 or differ[0] >= 5, "an early layer (system or torch) was rebuilt"
+    assert len(a) == len(b) and a[0] == b[0] and a != b  # same base, same shape, a new entrypoint layer
+    out = docker_engine.containers.run(res.image_id, ["tail", "-n1", "/usr/local/bin/gpuforge-entrypoint"],
+                                       entrypoint=[], remove=True)
+    assert out.decode().strip() == marker
     docker_engine.images.remove("gpuforge-test/rebuild:entrypoint")
 
 
