@@ -130,23 +130,38 @@ def cmd_build(args) -> int:
     return 0
 
 
+def _gpu_request(args, m: Matrix | None, *, starts_containers: bool = True) -> str:
+    """--gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request (when `m`), nvidia; said where it starts GPUs."""
+    from gpuforge import options
+
+    req = options.gpu_request(args.gpu_request, m)
+    if starts_containers:
+        print(f"gpuforge: GPU request {req.value} (from {req.source})", flush=True)
+    return req.value
+
+
 def cmd_validate(args) -> int:
     from gpuforge import validate
 
     m, targets = _targets(args)
+    gpu_request = _gpu_request(args, m) if args.gpu else None
     return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
-                                     gpu=args.gpu, gpu_request=args.gpu_request)
+                                     gpu=args.gpu, gpu_request=gpu_request)
 
 
 def cmd_smoke(args) -> int:
-    from gpuforge import validate
+    from gpuforge import options, validate
 
     host, selectors = args.host, args.selectors
     if args.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
         host, selectors = None, [host, *selectors]
+    # matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)
+    uses_matrix = Path(args.matrix).is_file() or not args.target_json
+    m = load_matrix(Path(args.matrix)) if uses_matrix and options.gpu_request(args.gpu_request).source == "default" else None
+    gpu_request = _gpu_request(args, m, starts_containers=bool(args.image))
     return validate.smoke(host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
                           matrix=Path(args.matrix), selectors=selectors, pytest_args=args.pytest_args,
-                          image=args.image, gpu_request=args.gpu_request, gpus=args.gpus)
+                          image=args.image, gpu_request=gpu_request, gpus=args.gpus)
 
 
 def cmd_push(args) -> int:
@@ -221,13 +236,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", default="reports")
     p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with every GPU)")
     gpu_request_help = ("how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
-                        "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on); env GPUFORGE_GPU_REQUEST")
-    p.add_argument("--gpu-request", default=os.environ.get("GPUFORGE_GPU_REQUEST", "nvidia"), help=gpu_request_help)
+                        "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on); else env GPUFORGE_GPU_REQUEST, "
+                        "else matrix.yaml's gpu_request, else nvidia")
+    p.add_argument("--gpu-request", help=gpu_request_help)
     p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("--image", help="start a container of this image with every GPU and check inside it")
-    p.add_argument("--gpu-request", default=os.environ.get("GPUFORGE_GPU_REQUEST", "nvidia"), help=gpu_request_help)
+    p.add_argument("--gpu-request", help=gpu_request_help)
     p.add_argument("--gpus", help="GPUs the runner was asked to give (a count or 'all'); the device-count check "
                    "fails when the container or host sees another number")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")

@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuforge import grammar
 from gpuforge.errors import ConfigError
+from gpuforge.schema import GPU_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -48,3 +50,20 @@ def existing_file(opt: Resolved, what: str) -> Resolved:
         msg = f"{opt.source}: {opt.value}: no such file ({what})"
         raise ConfigError(msg)
     return opt
+
+
+def one_of(opt: Resolved, allowed, what: str) -> Resolved:
+    """Refuse a value outside `allowed`, blaming the source it came from (a flag or an env var get no
+    pydantic check; matrix.yaml's value was checked at load, this is the same rule again)."""
+    if opt.value is not None and opt.value not in allowed:
+        msg = (f"{opt.source}: {opt.value!r} is not {what} (allowed: {', '.join(allowed)})"
+               f"{grammar.nearest(opt.value, allowed)}")
+        raise ConfigError(msg)
+    return opt
+
+
+def gpu_request(cli: str | None, matrix=None) -> Resolved:
+    """How containers ask for GPUs: --gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request, nvidia."""
+    opt = resolve("gpu_request", flag="--gpu-request", cli=cli, env="GPUFORGE_GPU_REQUEST", matrix=matrix,
+                  key="gpu_request", default=GPU_REQUESTS[0])
+    return one_of(opt, GPU_REQUESTS, "a GPU request mode")

@@ -20,6 +20,7 @@ import docker.types
 
 from gpuforge import engine
 from gpuforge.errors import EngineError
+from gpuforge.schema import GPU_REQUESTS
 
 RUN_LABEL = "io.gpuforge.run"
 RUN_ID = os.environ.get("GPUFORGE_RUN_ID") or uuid.uuid4().hex[:12]
@@ -121,9 +122,6 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             cont.remove(force=True, v=True)
-
-
-GPU_REQUESTS = ("nvidia", "cdi")
 
 
 def gpu_device_request(mode: str) -> docker.types.DeviceRequest:

@@ -16,6 +16,9 @@ AXES = ("torch", "cuda", "python", "os", "flavor", "source")
 FLAVORS = ("runtime", "devel")
 SOURCES = ("cuda-base", "wheels")
 ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --to)
+# How containers ask the engine for GPUs (gpuforge.run.gpu_device_request): `gpu_request:` in matrix.yaml,
+# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
+GPU_REQUESTS = ("nvidia", "cdi")
 # What tag_template and aliases may name ({env} only in aliases), and what cuda_base_image may name.
 TAG_FIELDS = (*AXES, "id", "cuda_tag")
 CUDA_BASE_FIELDS = ("cuda_full", "cudnn_tag", "flavor", "os")
@@ -156,6 +159,7 @@ class MatrixFile(BaseModel):
     overrides: list[Override] = []
     default: list[str] = Field(min_length=1)
     extra_ca: str | None = None
+    gpu_request: Literal[GPU_REQUESTS] | None = None  # None: --gpu-request / GPUFORGE_GPU_REQUEST, else nvidia
 
 
 # What each model allows, for "did you mean" suggestions on unknown keys.
