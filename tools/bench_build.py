@@ -11,14 +11,25 @@ Goals: ratio <= 1.05, warm entrypoint rebuild <= 15 s.
 Cold without touching anyone's cache: `--no-cache` and cache mounts with ids unique to the run, so
 every layer is rebuilt and every wheel downloaded. Goal: 1 <= 0.75 x 2. A cold run leaves ~18 GB of
 build cache (its own unshared records) and needs a quiet machine: other builds on the same cores skew it.
+
+--registry-cache: the build cache shared across runners through a registry. Runner A (this engine) builds
+the default target with `--cache-to type=inline` and pushes it to a loopback registry; then, each on a
+fresh, empty second engine (another runner: tools/second_engine.py), `gpuforge build` (a) with no cache
+source and (b) with `--cache-from type=registry,ref=<A's ref>`. Prints both times, the time saved, the
+ratio and how many RUN steps (b) took from the cache. Needs root (dockerd, a bridge, NAT for the second
+engine's cold downloads), docker-registry and ~15 GB free under /var/tmp; removes all of it on exit,
+also after a failure or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -27,8 +38,13 @@ import time
 import uuid
 from pathlib import Path
 
+import second_engine as runners  # tools/ is this script's directory, so on sys.path
+
 from gpuforge import build, engine, paths, render
 from gpuforge.matrix import load_matrix
+
+REGISTRY_PORTS = range(5300, 5400)
+REPOSITORY = "gpuforge-test-13b/cache"
 
 
 def install_step_seconds(log: str) -> float | None:
@@ -134,9 +150,74 @@ def _cold_report(t, driver, times, steps, rounds) -> None:
           f"uv / naive: {med['gpuforge (uv)'] / med['naive pip Dockerfile']:.2f}")
 
 
+def _cli_build(matrix: Path, snap: Path, state: Path, ca: str | None, *extra: str, docker_host: str | None = None
+               ) -> tuple[float, dict]:
+    """`gpuforge build` of the default target, as a user runs it: wall time and its build record."""
+    env = {**os.environ, "GPUFORGE_ROOT": str(snap), "GPUFORGE_STATE_DIR": str(state), "GPUFORGE_LOG_DIR": str(state / "logs")}
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    argv = [sys.executable, "-m", "gpuforge", "--matrix", str(matrix), "build", "--progress", "plain",
+            *(["--extra-ca", ca] if ca else []), *extra]
+    t0 = time.monotonic()
+    p = subprocess.run(argv, cwd=snap, env=env, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+        p.check_returncode()
+    recs = json.loads((state / "builds.json").read_text())
+    return took, next(iter(recs.values()))
+
+
+def registry_cache(t, ca: str | None) -> None:
+    root = paths.project_root()
+    with contextlib.ExitStack() as stack:  # unwinds in reverse: engines, tags, registry, temp dir
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuforge-bench-", dir="/var/tmp")))
+        reg = runners.Registry(tmp / "registry", runners.free_port(REGISTRY_PORTS))
+        stack.callback(reg.stop)
+        snap = runners.checkout_snapshot(root, tmp / "checkout")
+        m = runners.matrix_copy(root, tmp / "matrix.yaml", reg.host, REPOSITORY)
+        ref = load_matrix(m).select(None)[0].tags[0]
+        stack.callback(subprocess.run, [runners.DOCKER, "rmi", ref], capture_output=True)
+        print(f"registry cache across runners: default target {t.id}, registry {reg.host}", flush=True)
+
+        a_s, rec_a = _cli_build(m, snap, tmp / "a", ca, "--cache-to", "type=inline")
+        t0 = time.monotonic()
+        subprocess.run([runners.DOCKER, "push", "-q", ref], check=True, capture_output=True)
+        push_s = time.monotonic() - t0
+        print(f"  runner A (this engine, {rec_a['driver']}): build --cache-to type=inline {a_s:.1f} s, "
+              f"push {push_s:.1f} s", flush=True)
+
+        sides = {"(a) no cache source (cold)": (), "(b) --cache-from the registry": (
+            "--cache-from", f"type=registry,ref={ref}")}
+        times, recs = {}, {}
+        for i, (name, extra) in enumerate(sides.items()):
+            eng = runners.SecondEngine(outbound=True, prefix="gf13b-")  # empty each time: no cache of (a) for (b)
+            stack.callback(eng.stop)
+            eng.load(t.base_image)  # a bootstrapped base exists only locally; both sides start from it
+            times[name], recs[name] = _cli_build(m, snap, tmp / f"b{i}", ca, *extra, docker_host=eng.host)
+            print(f"  runner B, empty engine, {name}: {times[name]:.1f} s ({recs[name]['driver']})", flush=True)
+            eng.stop()  # frees its data root before the next side (stop is idempotent)
+        cold_s, cached_s = times.values()
+        steps = runners.run_steps(Path(recs["(b) --cache-from the registry"]["log"]).read_text())
+        cold_steps = runners.run_steps(Path(recs["(a) no cache source (cold)"]["log"]).read_text())
+    print(f"registry cache across runners, {t.id} ({recs['(a) no cache source (cold)']['driver']}):")
+    print(f"  (a) runner B cold, no cache source        {cold_s:7.1f} s  (RUN steps CACHED: "
+          f"{sum(cold_steps.values())} of {len(cold_steps)})")
+    print(f"  (b) runner B --cache-from <A's inline ref> {cached_s:7.1f} s  (RUN steps CACHED: "
+          f"{sum(steps.values())} of {len(steps)})")
+    print(f"  time saved {cold_s - cached_s:.1f} s, ratio (b)/(a) {cached_s / cold_s:.2f}; "
+          f"runner A paid build {a_s:.1f} s + push {push_s:.1f} s once")
+
+
+def _interrupted(signum, frame):
+    raise SystemExit(128 + signum)  # SIGTERM unwinds like Ctrl-C: the bench's cleanup runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cold", action="store_true", help="cold builds: uv vs pip vs a naive Dockerfile (slow: real downloads)")
+    ap.add_argument("--registry-cache", action="store_true",
+                    help="a second, empty engine builds cold vs --cache-from a registry ref pushed by this one (slow)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per side (default: 3 warm, 1 cold)")
     ap.add_argument("--extra-ca", help="CA bundle passed as the build secret (default: GPUFORGE_EXTRA_CA, "
                     "then the host's pip trust, as `gpuforge build` does)")
@@ -147,6 +228,10 @@ def main() -> int:
     driver = engine.choose_driver()
     if args.cold:
         cold(t, driver, ca, args.rounds or 1)
+        return 0
+    if args.registry_cache:
+        signal.signal(signal.SIGTERM, _interrupted)
+        registry_cache(t, ca)
         return 0
     rounds = args.rounds or 3
     bench_t = dataclasses.replace(t, tags=("gpuforge-bench/gpuforge:latest",))

@@ -12,7 +12,6 @@ import base64
 import datetime as dt
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -23,11 +22,12 @@ from urllib.parse import parse_qs, urlparse
 
 import jwt
 import pytest
-import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+from second_engine import Registry, StartError
+from second_engine import free_port as _free_port
 
 from conftest import need
 
@@ -36,14 +36,10 @@ SERVICE, ISSUER = "gpuforge-test-registry", "gpuforge-test-token-server"
 
 
 def free_port() -> int:
-    for p in PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
-    pytest.fail("no free port in 5100-5199")
+    try:
+        return _free_port(PORTS)
+    except StartError as e:
+        pytest.fail(str(e))
 
 
 def _key_and_cert(d: Path) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
@@ -130,42 +126,32 @@ class TokenServer:
         self.httpd.server_close()
 
 
-class LocalRegistry:
+class LocalRegistry(Registry):
     """A docker-registry process; `auth` is None, ("htpasswd", users) or ("token", users)."""
 
     def __init__(self, d: Path, auth: str | None, users: dict[str, tuple[str, set[str]]] | None = None):
-        exe = shutil.which("docker-registry")
-        if not exe:
+        if not shutil.which("docker-registry"):
             need("needs Debian's docker-registry (apt-get install docker-registry)")
         self.tokens: TokenServer | None = TokenServer(d, users or {}) if auth == "token" else None
         port = free_port()  # after the token server has bound its own
-        text = (f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {d / 'data'}\n  delete:\n    enabled: true\n"
-                f"http:\n  addr: 127.0.0.1:{port}\n")
+        text = ""
         if auth == "htpasswd":
             lines = [subprocess.run(["htpasswd", "-Bbn", u, pw], capture_output=True, text=True, check=True).stdout.strip()
                      for u, (pw, _) in (users or {}).items()]
             (d / "htpasswd").write_text("\n".join(lines) + "\n")
-            text += f"auth:\n  htpasswd:\n    realm: gpuforge-test\n    path: {d / 'htpasswd'}\n"
+            text = f"auth:\n  htpasswd:\n    realm: gpuforge-test\n    path: {d / 'htpasswd'}\n"
         elif auth == "token":
             assert self.tokens
-            text += (f"auth:\n  token:\n    realm: {self.tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
-                     f"    rootcertbundle: {d / 'token-ca.pem'}\n")
-        (d / "config.yml").write_text(text)
-        self.log = open(d / "registry.log", "w")  # closed in stop()
-        self.proc = subprocess.Popen([exe, "serve", str(d / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT)
-        self.host = f"127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                requests.get(f"http://{self.host}/v2/", timeout=1)
-                return
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"docker-registry did not start: {(d / 'registry.log').read_text()[-1000:]}")
+            text = (f"auth:\n  token:\n    realm: {self.tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
+                    f"    rootcertbundle: {d / 'token-ca.pem'}\n")
+        try:
+            super().__init__(d, port, text)
+        except StartError as e:
+            if self.tokens:
+                self.tokens.stop()
+            pytest.fail(str(e))
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
-        self.log.close()
+        super().stop()
         if self.tokens:
             self.tokens.stop()

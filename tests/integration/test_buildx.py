@@ -6,18 +6,16 @@ the second engine ~2-3 min, bake of the default target (warm) seconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-import docker
 import pytest
 from registries import LocalRegistry
+from second_engine import SecondEngine, StartError, checkout_snapshot, matrix_copy, run_steps
 
 from conftest import ROOT, gpuforge, need
 from gpuforge import build, engine, locks, records, render
@@ -28,12 +26,7 @@ DOCKER = "/usr/bin/docker"
 
 
 def _matrix(tmp_path: Path, registry: str, repo: str) -> Path:
-    """The project matrix with other tags (same targets, same generated files): builds here move no shared tag."""
-    text = re.sub(r"^registry: .*$", f"registry: {registry}", (ROOT / "matrix.yaml").read_text(), count=1, flags=re.M)
-    text = re.sub(r"^repository: .*$", f"repository: {repo}", text, count=1, flags=re.M)
-    f = tmp_path / "matrix.yaml"
-    f.write_text(text)
-    return f
+    return matrix_copy(ROOT, tmp_path / "matrix.yaml", registry, repo)
 
 
 def _record(state: Path, target_id: str, monkeypatch) -> dict:
@@ -44,12 +37,6 @@ def _record(state: Path, target_id: str, monkeypatch) -> dict:
 def _freeze(client, image: str) -> str:
     return client.containers.run(image, ["/opt/venv/bin/pip", "freeze"], remove=True, stderr=False,
                                  entrypoint="").decode()
-
-
-def _cached_steps(log: str) -> dict[str, bool]:
-    """BuildKit plain-progress log -> {step header: CACHED?} for the RUN steps."""
-    heads = dict(re.findall(r"^(#\d+) \[[^\]]*\] (RUN .*)$", log, re.M))
-    return {head: bool(re.search(rf"^{num} CACHED$", log, re.M)) for num, head in heads.items()}
 
 
 @pytest.fixture(scope="module")
@@ -102,50 +89,14 @@ def test_classic_driver_second_build_gives_the_same_pip_freeze(default_build, do
         docker_engine.images.remove(ref)
 
 
-class SecondEngine:
-    """Another dockerd on this machine with its own empty data root: a second CI runner.
-
-    It gets a bridge of its own: `--bridge=none` would make dockerd delete the shared docker0 interface
-    (the first engine's containers and RUN steps then lose their network)."""
-
-    def __init__(self, d: Path):
-        self.d, self.sock = d, d / "s.sock"
-        # per run (two test runs may overlap on one machine): a bridge name and subnet from the temp dir's name
-        self.bridge = f"gf13{d.name[-6:]}"
-        self.cidr = f"10.213.{int(hashlib.sha256(d.name.encode()).hexdigest(), 16) % 250 + 1}.1/24"
-        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True, capture_output=True)
-        subprocess.run(["ip", "addr", "add", self.cidr, "dev", self.bridge], check=True, capture_output=True)
-        self.log = open(d / "dockerd.log", "w")  # closed in stop()
-        self.proc = subprocess.Popen(["dockerd", "--data-root", str(d / "data"), "--exec-root", str(d / "x"),
-                                      "--pidfile", str(d / "pid"), "-H", f"unix://{self.sock}", f"--bridge={self.bridge}",
-                                      "--iptables=false", "--ip-masq=false"], stdout=self.log, stderr=subprocess.STDOUT)
-        self.host = f"unix://{self.sock}"
-        for _ in range(60):
-            if subprocess.run([DOCKER, "-H", self.host, "info"], capture_output=True).returncode == 0:
-                self.client = docker.DockerClient(base_url=self.host, timeout=600)
-                return
-            time.sleep(1)
-        self.stop()
-        pytest.fail(f"second dockerd did not start: {(d / 'dockerd.log').read_text()[-1500:]}")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
-        shutil.rmtree(self.d, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def second_engine(docker_engine):
     if not (shutil.which("dockerd") and shutil.which("ip")):
         need("needs dockerd and ip (a second engine for the registry-cache test)")
-    d = Path(subprocess.run(["mktemp", "-d", "/var/tmp/gf13-XXXXXX"], capture_output=True, text=True, check=True).stdout.strip())
-    eng = SecondEngine(d)  # a short path: the socket path must stay under 108 bytes
+    try:
+        eng = SecondEngine()
+    except (StartError, subprocess.CalledProcessError) as e:
+        pytest.fail(f"second engine: {e}")
     yield eng
     eng.stop()
 
@@ -165,8 +116,7 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     m = _matrix(tmp_path, cache_registry, "gpuforge-test-13/cache")
     ref = load_matrix(m).select(None)[0].tags[0]
     # both runners build one snapshot of the checkout (as two CI runners check out one commit)
-    snap = shutil.copytree(ROOT, tmp_path / "checkout", ignore=shutil.ignore_patterns(
-        ".git", ".nox", ".gpuforge", "reports", "__pycache__", "*.egg-info", ".venv"))
+    snap = checkout_snapshot(ROOT, tmp_path / "checkout")
     env_a = {"GPUFORGE_STATE_DIR": str(tmp_path / "a"), "GPUFORGE_LOG_DIR": str(tmp_path / "a-logs"),
              "GPUFORGE_ROOT": str(snap)}
     r = gpuforge("--matrix", str(m), "build", "--cache-to", "type=inline", "--progress", "plain", env=env_a, cwd=snap)
@@ -180,10 +130,7 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     print(f"\npush of the inline-cache image: {time.monotonic() - t0:.0f} s")
 
     # runner B: same base (bootstrapped bases are made locally; load it rather than debootstrap again)
-    save = subprocess.Popen([DOCKER, "save", t.base_image], stdout=subprocess.PIPE)
-    subprocess.run([DOCKER, "-H", second_engine.host, "load", "-q"], stdin=save.stdout, check=True, capture_output=True)
-    save.stdout.close()
-    assert save.wait() == 0
+    second_engine.load(t.base_image)
     assert not second_engine.client.images.list(name=ref.rsplit(":", 1)[0])
     env_b = {"DOCKER_HOST": second_engine.host, "GPUFORGE_STATE_DIR": str(tmp_path / "b"),
              "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap)}
@@ -192,7 +139,7 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     rec_b = _record(tmp_path / "b", t.id, monkeypatch)
     built_by(f"{t.id} (runner B, --cache-from the registry)", rec_b)
-    steps = _cached_steps(Path(rec_b["log"]).read_text())
+    steps = run_steps(Path(rec_b["log"]).read_text())
     torch_steps = [h for h in steps if "uv pip install" in h]
     assert torch_steps and all(steps[h] for h in torch_steps), f"torch step rebuilt: {steps}"
     assert all(steps.values()), f"steps rebuilt on runner B: {[h[:80] for h, c in steps.items() if not c]}"
@@ -230,7 +177,7 @@ def test_bake_file_prints_the_fleet_and_builds_the_default(buildx_present, defau
     built_by(f"{t.id} (docker buildx bake default)", {"driver": "buildx bake", "client": DOCKER,
                                                      "seconds": round(time.monotonic() - t0, 1)})
     # the same recipe as gpuforge's build: every step comes from the cache the fleet's builds made
-    steps = _cached_steps(p.stdout + p.stderr)
+    steps = run_steps(p.stdout + p.stderr)
     assert steps and all(steps.values()), f"bake rebuilt steps: {[h[:80] for h, c in steps.items() if not c]}"
     assert img.labels["org.opencontainers.image.version"] == t.variant.torch_local_version
     assert img.labels["org.opencontainers.image.revision"] == "unknown"  # the bake file's variable default

@@ -3,10 +3,17 @@ workflows are clean, a fixture with nine planted bugs reports each of them, a ma
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+
+import pytest
+import yaml
 
 import workflows
 from conftest import ROOT
+from gpuforge import promote
+from gpuforge.matrix import load_matrix
 
 FIXTURE = ROOT / "tests" / "unit" / "fixtures" / "planted-workflow.yml"
 PLANTED = {"dangerous-triggers", "excessive-permissions", "insecure-commands", "hardcoded-container-credentials",
@@ -47,3 +54,34 @@ def test_images_workflow_runs_on_gpu_runners_and_guards_prod():
     assert "environment: prod" in text and "--gpu" in text and "nox -s matrix -- --json" in text
     assert "if: always()" in text and "nox -s clean" in text
     assert "${{ inputs.selectors }}" not in text.split("SELECTORS: ")[0]  # only ever through the environment
+
+
+def _build_step() -> dict:
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "images.yml").read_text())
+    steps = [s for s in doc["jobs"]["image"]["steps"] if "nox -s build" in s.get("run", "")]
+    assert len(steps) == 1, steps
+    return steps[0]
+
+
+@pytest.mark.parametrize(("registry_line", "env_registry"), [
+    (None, ""),  # matrix.yaml as shipped, no GPUFORGE_REGISTRY variable
+    (None, "ghcr.io"),  # the workflow's registry variable wins, as it does for gpuforge push
+    ('registry: "registry.example.com:5443"  # quoted, with a comment', ""),
+])
+def test_images_build_step_takes_its_layers_from_the_targets_dev_tag(tmp_path, registry_line, env_registry):
+    """The self-hosted build pulls its cache from the dev tag promotion gave the same target (inline cache
+    metadata, written by this very step), with values through the environment, never `${{ }}` in run:."""
+    step = _build_step()
+    run = step["run"]
+    assert "${{" not in run and step["env"]["TAG"] == "${{ matrix.tag }}"
+    assert '--cache-from "type=registry,ref=$cache_ref" --cache-to type=inline' in run
+    text = (ROOT / "matrix.yaml").read_text()
+    if registry_line:
+        text = re.sub(r"^registry: .*$", registry_line, text, count=1, flags=re.M)
+    (tmp_path / "matrix.yaml").write_text(text)
+    t = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
+    # the step's own lines up to the build, run by bash in a checkout holding that matrix.yaml
+    script = run.split("nox -s build")[0] + 'printf %s "$cache_ref"'
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"], "GPUFORGE_REGISTRY": env_registry, "TAG": t.tag}, check=True)
+    assert p.stdout == f"{promote.ref_for(t, env_registry or None)}-dev"

@@ -1,0 +1,185 @@
+"""Another CI runner on this machine, for the registry-cache test and benchmark: a second dockerd with an
+empty data root, a loopback docker-registry between the runners, a snapshot of the checkout both build
+from, and BuildKit's plain step log read back (which RUN steps came from the cache).
+
+Shared by tests/integration/test_buildx.py and tools/bench_build.py; no pytest here (failures raise
+StartError, the callers decide whether that skips, fails or aborts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import docker
+
+DOCKER = "/usr/bin/docker"
+# what a runner's checkout does not carry (caches, venvs, local state); both runners build one snapshot
+CHECKOUT_IGNORE = (".git", ".nox", ".gpuforge", "reports", "__pycache__", "*.egg-info", ".venv", "build")
+
+
+class StartError(RuntimeError):
+    """A helper process did not come up; the message ends with the tail of its log."""
+
+
+def free_port(ports: range) -> int:
+    for p in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    msg = f"no free port in {ports.start}-{ports.stop - 1}"
+    raise StartError(msg)
+
+
+def checkout_snapshot(root: Path, dest: Path) -> Path:
+    """A copy of the working tree, as two runners check out one commit (others may edit the live tree)."""
+    return Path(shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*CHECKOUT_IGNORE)))
+
+
+def matrix_copy(root: Path, dest: Path, registry: str, repository: str) -> Path:
+    """The project matrix with another registry and repository (same targets, same generated files):
+    builds from it move no shared tag."""
+    text = re.sub(r"^registry: .*$", f"registry: {registry}", (root / "matrix.yaml").read_text(), count=1, flags=re.M)
+    text = re.sub(r"^repository: .*$", f"repository: {repository}", text, count=1, flags=re.M)
+    dest.write_text(text)
+    return dest
+
+
+def run_steps(log: str) -> dict[str, bool]:
+    """BuildKit plain-progress log -> {RUN step header: CACHED?}."""
+    heads = dict(re.findall(r"^(#\d+) \[[^\]]*\] (RUN .*)$", log, re.M))
+    return {head: bool(re.search(rf"^{num} CACHED$", log, re.M)) for num, head in heads.items()}
+
+
+class Registry:
+    """Debian's docker-registry on 127.0.0.1:port (plain HTTP, deletes on); `config` adds YAML (e.g. auth)."""
+
+    def __init__(self, d: Path, port: int, config: str = ""):
+        exe = shutil.which("docker-registry")
+        if not exe:
+            msg = "docker-registry is not installed (apt-get install docker-registry)"
+            raise StartError(msg)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.yml").write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {d / 'data'}\n"
+                                      f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{config}")
+        self.d, self.host = d, f"127.0.0.1:{port}"
+        self.log = open(d / "registry.log", "w")  # closed in stop()
+        # a session of its own: Ctrl-C reaches the caller, whose cleanup then stops this
+        self.proc = subprocess.Popen([exe, "serve", str(d / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1)
+                return
+            except urllib.error.HTTPError:  # 401 from an auth-enabled registry: it is up
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        msg = f"docker-registry did not start: {(d / 'registry.log').read_text()[-1000:]}"
+        raise StartError(msg)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class SecondEngine:
+    """Another dockerd on this machine with its own empty data root under /var/tmp: a second CI runner.
+
+    It gets a bridge of its own: `--bridge=none` would make dockerd delete the shared docker0 interface
+    (the first engine's containers and RUN steps then lose their network). It leaves the shared engine's
+    iptables chains alone (--iptables=false); `outbound=True` adds only NAT + forward rules for its own
+    subnet, so its RUN steps reach the network (a cold build downloads wheels). stop() undoes everything."""
+
+    def __init__(self, *, outbound: bool = False, prefix: str = "gf13-"):
+        # a short path: the socket path must stay under 108 bytes
+        self.d = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+        self.sock = self.d / "s.sock"
+        self.host = f"unix://{self.sock}"
+        # per run (two runs may overlap on one machine): a bridge name and subnet from the temp dir's name
+        self.bridge = f"gf{self.d.name[-8:]}"
+        net = int(hashlib.sha256(self.d.name.encode()).hexdigest(), 16) % 250 + 1
+        self.cidr = f"10.213.{net}.1/24"
+        self.subnet = str(ipaddress.ip_interface(self.cidr).network)
+        self.rules: list[list[str]] = []  # iptables rules added, each without its -I/-A verb
+        self.proc = self.log = None
+        try:
+            self._start(outbound)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, outbound: bool) -> None:
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True, capture_output=True)
+        subprocess.run(["ip", "addr", "add", self.cidr, "dev", self.bridge], check=True, capture_output=True)
+        if outbound:
+            for rule in (["-t", "nat", "POSTROUTING", "-s", self.subnet, "!", "-o", self.bridge, "-j", "MASQUERADE"],
+                         ["FORWARD", "-i", self.bridge, "!", "-o", self.bridge, "-j", "ACCEPT"],
+                         ["FORWARD", "-o", self.bridge, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                          "-j", "ACCEPT"]):
+                table, chain = (rule[:2], rule[2:]) if rule[0] == "-t" else ([], rule)
+                subprocess.run(["iptables", *table, "-I", *chain], check=True, capture_output=True)
+                self.rules.append(rule)
+        self.log = open(self.d / "dockerd.log", "w")  # closed in stop()
+        self.proc = subprocess.Popen(["dockerd", "--data-root", str(self.d / "data"), "--exec-root", str(self.d / "x"),
+                                      "--pidfile", str(self.d / "pid"), "-H", self.host, f"--bridge={self.bridge}",
+                                      "--iptables=false", "--ip-masq=false"], stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        for _ in range(60):
+            if subprocess.run([DOCKER, "-H", self.host, "info"], capture_output=True).returncode == 0:
+                self.client = docker.DockerClient(base_url=self.host, timeout=600)
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(1)
+        msg = f"second dockerd did not start: {(self.d / 'dockerd.log').read_text()[-1500:]}"
+        raise StartError(msg)
+
+    def load(self, image: str) -> None:
+        """Copy an image from the shared engine (a bootstrapped base exists only locally)."""
+        save = subprocess.Popen([DOCKER, "save", image], stdout=subprocess.PIPE)
+        subprocess.run([DOCKER, "-H", self.host, "load", "-q"], stdin=save.stdout, check=True, capture_output=True)
+        save.stdout.close()
+        if save.wait() != 0:
+            msg = f"docker save {image} failed"
+            raise StartError(msg)
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+        for rule in self.rules:
+            table, chain = (rule[:2], rule[2:]) if rule[0] == "-t" else ([], rule)
+            subprocess.run(["iptables", *table, "-D", *chain], capture_output=True)
+        self.rules = []
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        # a killed dockerd leaves overlay mounts under its data root: unmount them (deepest first), then remove
+        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()
+                  if ln.split()[1].startswith(f"{self.d}/")]
+        for m in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        shutil.rmtree(self.d, ignore_errors=True)
