@@ -94,9 +94,25 @@ BROKEN = [
                                 "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
      "test_jupyter.py::test_only_the_server_port_listens", "listening beyond loopback"),
 ]
-# Modules whose broken case is a broken host (no driver, a GPU missing from the arch list): they need a
-# GPU runner and are exercised there, not on this table.
-GPU_HOST_ONLY = {"test_driver", "test_gpu_smoke"}
+
+
+def fake_smi(line: str) -> list[str]:
+    """Dockerfile lines giving the image an nvidia-smi that reports `line` (the host the driver checks see),
+    and a user who forced the start past the entrypoint's preflight: the validator must still refuse it."""
+    return ["USER root", f"RUN echo '#!/bin/sh' > /usr/local/bin/nvidia-smi && echo 'echo \"{line}\"' >> /usr/local/bin/nvidia-smi "
+            "&& chmod 755 /usr/local/bin/nvidia-smi", "ENV GPUFORGE_SKIP_DRIVER_CHECK=1", "USER 1000"]
+
+
+BROKEN += [
+    # a host driver too old for the image's CUDA 12.6 (R470 stops at CUDA 11.4)
+    ("driver-too-old", fake_smi("0, Tesla T4, 7.5, 15109, 470.82.01"), "test_driver.py::test_driver_runs_the_image_cuda",
+     "driver 470.82.01 cannot run CUDA 12.6"),
+    # a Blackwell GeForce (sm_120) that the cu126 wheel has no kernels for
+    ("gpu-not-in-arch-list", fake_smi("0, NVIDIA GeForce RTX 5090, 12.0, 32607, 575.57.08"),
+     "test_driver.py::test_gpus_in_arch_list", "sm_120"),
+]
+# The smoke suite's broken case is a broken GPU: it runs on a GPU runner (docs/measurements/gpu-14.md), not here.
+GPU_HOST_ONLY = {"test_gpu_smoke"}
 
 
 def test_broken_image_table_covers_every_validator_module():
@@ -105,12 +121,11 @@ def test_broken_image_table_covers_every_validator_module():
     assert modules - GPU_HOST_ONLY <= covered, f"validator modules with no broken image: {sorted(modules - GPU_HOST_ONLY - covered)}"
 
 
-@pytest.mark.parametrize(("lines", "select", "words"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
-def test_each_validator_fails_on_a_broken_image(default_build, docker_engine, tmp_path, lines, select, words):
-    t, rec = default_build
+def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Build `lines` on top of the default image, run the `select`ed validators on it: (pytest run, report)."""
     dockerfile = "\n".join([f"FROM {rec['image_id']}", *lines]) + "\n"
-    img, _ = docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
-                                        labels={"io.gpuforge.test": "broken"})
+    img, _ = engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
+                                 labels={"io.gpuforge.test": "broken"})
     try:
         target = tmp_path / "target.json"
         target.write_text(json.dumps(t.expected()))
@@ -118,13 +133,28 @@ def test_each_validator_fails_on_a_broken_image(default_build, docker_engine, tm
         r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", "-p", "no:cacheprovider", "-q",
                             "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target", str(target),
                             "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-        rep = json.loads(out.read_text())
-        failed = [c for c in rep["checks"] if c["outcome"] == "failed"]
-        assert r.returncode != 0 and failed, f"the validator passed a broken image:\n{r.stdout[-2000:]}"
-        assert not report.is_green(rep)
-        assert any(words.lower() in c["message"].lower() for c in failed), [c["message"] for c in failed]
+        return r, json.loads(out.read_text())
     finally:
-        docker_engine.images.remove(img.id, force=True)
+        engine.images.remove(img.id, force=True)
+
+
+@pytest.mark.parametrize(("lines", "select", "words"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+def test_each_validator_fails_on_a_broken_image(default_build, docker_engine, tmp_path, lines, select, words):
+    r, rep = _validate_derived(docker_engine, *default_build, tmp_path, lines, select)
+    failed = [c for c in rep["checks"] if c["outcome"] == "failed"]
+    assert r.returncode != 0 and failed, f"the validator passed a broken image:\n{r.stdout[-2000:]}"
+    assert not report.is_green(rep)
+    assert any(words.lower() in c["message"].lower() for c in failed), [c["message"] for c in failed]
+
+
+def test_driver_checks_pass_on_a_good_fake_host(default_build, docker_engine, tmp_path):
+    """The control for the driver rows above: the same fake nvidia-smi reporting a host that can run the image
+    (an H200 on driver 580) passes both checks, so what fails them is the driver or the GPU, not the fake."""
+    r, rep = _validate_derived(docker_engine, *default_build, tmp_path, fake_smi("0, NVIDIA H200, 9.0, 143771, 580.159.04"),
+                               "test_driver.py")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert {c["id"].split("::")[-1]: c["outcome"] for c in rep["checks"]} == {
+        "test_driver_runs_the_image_cuda": "passed", "test_gpus_in_arch_list": "passed"}
 
 
 def test_wrong_expected_torch_fails_versions(default_build, tmp_path):
