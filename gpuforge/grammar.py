@@ -15,31 +15,38 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+# Each grammar's regex lives here once, written to mean the same to Python's re and to ECMAScript (no \Z,
+# no inline flags, no named groups): the checks below full-match them, and gpuforge.schema puts them into
+# matrix.schema.json as `pattern` (via json_pattern) for editors and check-jsonschema.
+
 # Debian policy 5.6.1/5.6.12: lowercase name of 2+ characters; version [epoch:]upstream[-revision].
-_DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
-_DEB_VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*\Z")
+DEB_NAME = r"[a-z0-9][a-z0-9+.-]+"
+DEB_VERSION = r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*"
+APT_PACKAGE = rf"{DEB_NAME}(?:={DEB_VERSION})?"
 
 # distribution/reference (reference/regexp.go), ASCII only.
 _ALNUM = r"[a-z0-9]+"
 _PATH_COMPONENT = rf"{_ALNUM}(?:(?:[_.]|__|-+){_ALNUM})*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])"
-_DOMAIN = rf"{_HOST}(?::[0-9]+)?"
-_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+REGISTRY = rf"(?:{_HOST}(?::[0-9]+)?)?"  # HOST[:PORT], or empty
+REPOSITORY = rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+TAG_FIRST, TAG_CHAR = r"[A-Za-z0-9_]", r"[A-Za-z0-9_.-]"
+TAG = rf"{TAG_FIRST}{TAG_CHAR}{{0,127}}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_REPOSITORY_RE = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
-_DOMAIN_RE = re.compile(rf"{_DOMAIN}\Z")
-_TAG_CHARS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")  # length checked apart, for a clearer message
 # As docker splits a name: the first component is a registry only with a dot, a port, or as localhost.
 _REF_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})+|localhost|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?|{_DOMAIN_COMPONENT}:[0-9]+"
-_REFERENCE_RE = re.compile(
-    rf"(?:(?P<domain>{_REF_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
-    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z")
+_REF_NAME = rf"(?:({_REF_DOMAIN})/)?({REPOSITORY})"  # groups 1 (domain) and 2 (path)
+IMAGE_REFERENCE = rf"{_REF_NAME}(?::({TAG}))?(?:@({_DIGEST}))?"  # groups 3 (tag) and 4 (digest)
+# Pinned: a tag other than latest, or a digest.
+PINNED_REFERENCE = rf"{_REF_NAME}(?:(?::{TAG})?@{_DIGEST}|:(?!latest(?!{TAG_CHAR})){TAG})"
 NAME_MAX = 255  # distribution/reference NameTotalLengthMax
 TAG_MAX = 128
+REFERENCE_CHAR = r"[A-Za-z0-9._:/@+\[\]-]"  # every character IMAGE_REFERENCE can contain
 
 # useradd names (shadow-utils' default NAME_REGEX, 32 characters at most).
-_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+USER_NAME = r"[a-z_][a-z0-9_-]{0,31}"
+USER_MAX = 32
 # Accounts and groups that the bases already have (Debian's base-passwd, Ubuntu's base image, and what the
 # packages gpuforge installs create): `useradd` of one of these fails at build time, or worse, the image's
 # user would be an existing system account. `ubuntu` is not here: the template removes that user first.
@@ -53,11 +60,46 @@ SYSTEM_ACCOUNTS = frozenset("""
 # Unicode categories Cc (C0, DEL, C1), Zl, Zp, Cs: what ends or breaks a Dockerfile line in some parser.
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
-# URLs: RFC 3986 characters only (no whitespace, quotes, backslashes or control characters).
-_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+\Z")
+# URLs: RFC 3986 characters only (no whitespace, quotes, backslashes or control characters); http or https;
+# no userinfo (no @ before the path). url() explains each refusal; URL is the whole rule in one regex.
+_URL_CHAR = r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]"
+URL = rf"https?://[A-Za-z0-9\-._~:\[\]!$&'()*+,;=%]+(?:[/?#]{_URL_CHAR}*)?"
 
 # torch and the packages whose versions are fixed by the torch release: pip_packages may not replace them.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "triton")
+# PEP 508 as far as one regex can say it: a name that is not a torch-family package (any case: their
+# canonical names have no separators), then extras, version specifiers and an environment marker whose
+# quoted strings may hold any printable text. No @ outside quotes: direct URL requirements are refused.
+# pip_requirement() parses with packaging as well.
+_ANY_CASE = "|".join("".join(f"[{c}{c.upper()}]" for c in name) for name in TORCH_FAMILY)
+_PIP_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+PIP_REQUIREMENT = (rf" *(?!(?:{_ANY_CASE})(?![A-Za-z0-9._-])){_PIP_NAME}"
+                   r"""(?:[ A-Za-z0-9._\-\[\],<>=!~*+;()]|'[^'\x00-\x1f\x7f-\x9f\u2028\u2029]*'"""
+                   r"""|"[^"\x00-\x1f\x7f-\x9f\u2028\u2029]*")*""")
+
+
+def _full(pattern: str) -> re.Pattern:
+    return re.compile(rf"(?:{pattern})\Z")
+
+
+def json_pattern(pattern: str) -> str:
+    """`pattern` as a JSON-schema `pattern` (ECMAScript, searched: so anchored at both ends)."""
+    return f"^(?:{pattern})$"
+
+
+def template(fields, *, first: str = TAG_FIRST, char: str = TAG_CHAR, required=()) -> str:
+    """The regex of a {placeholder} template over `fields` whose literal text is `char`s (the first one a
+    `first`), containing each of `required`: what can render to a tag (or, given other classes, a reference)."""
+    field = rf"\{{(?:{'|'.join(fields)})\}}"
+    must = "".join(rf"(?=.*\{{{r}\}})" for r in required)
+    return rf"{must}(?:{first}|{field})(?:{char}|{field})*"
+
+
+_DEB_NAME, _DEB_VERSION = _full(DEB_NAME), _full(DEB_VERSION)
+_REPOSITORY_RE, _DOMAIN_RE, _REFERENCE_RE, _PINNED_RE = map(_full, (REPOSITORY, REGISTRY, IMAGE_REFERENCE, PINNED_REFERENCE))
+_TAG_CHARS = _full(rf"{TAG_FIRST}{TAG_CHAR}*")  # length checked apart, for a clearer message
+_USER_RE, _URL_RE, _PIP_RE = _full(USER_NAME), _full(URL), _full(PIP_REQUIREMENT)
+_URL_CHARS = _full(f"{_URL_CHAR}+")
 
 
 def nearest(value: object, allowed) -> str:
@@ -115,6 +157,10 @@ def pip_requirement(value: str) -> Requirement:
         msg = (f"{value!r} would replace {req.name}, which gpuforge pins for the target's torch release; "
                "change the matrix's `torch` axis instead")
         raise ValueError(msg)
+    if not _PIP_RE.match(value):  # what packaging takes beyond the schema's pattern (e.g. `===a|b`)
+        msg = (f"{value!r} is not a pip requirement gpuforge takes (allowed: NAME[EXTRAS] VERSION-SPECIFIERS[; MARKER]; "
+               "characters such as | $ & @ only inside a marker's quoted strings)")
+        raise ValueError(msg)
     return req
 
 
@@ -143,6 +189,9 @@ def url(value: str, *, what: str = "a URL") -> str:
         raise ValueError(msg)
     if not parts.hostname:
         msg = f"{value!r} is not {what}: it has no host"
+        raise ValueError(msg)
+    if not _URL_RE.match(value):  # e.g. an upper-case scheme, which urlsplit folds
+        msg = f"{value!r} is not {what} (allowed: http://HOST[:PORT]/PATH or https://…, lower-case scheme)"
         raise ValueError(msg)
     return value
 
@@ -191,11 +240,11 @@ def image_reference(value: str, *, pinned: bool = False) -> str:
         msg = (f"{value!r} is not an image reference (allowed: [REGISTRY/]NAME[:TAG][@DIGEST] with a lowercase "
                "name, e.g. ubuntu:24.04 or registry.example.com/mirror/ubuntu:24.04)")
         raise ValueError(msg)
-    name_len = len(value.split("@")[0].rsplit(":", 1)[0] if m.group("tag") else value.split("@")[0])
+    name_len = len(value.split("@")[0].rsplit(":", 1)[0] if m.group(3) else value.split("@")[0])
     if name_len > NAME_MAX:
         msg = f"{value!r}: the image name is longer than {NAME_MAX} characters"
         raise ValueError(msg)
-    if pinned and not m.group("digest") and m.group("tag") in (None, "latest"):
+    if pinned and not _PINNED_RE.match(value):
         msg = f"{value!r} needs a version tag (not latest) or a digest, e.g. ubuntu:24.04, so rebuilds start from the same base"
         raise ValueError(msg)
     return value
@@ -204,8 +253,8 @@ def image_reference(value: str, *, pinned: bool = False) -> str:
 def split_reference(value: str) -> tuple[str, str | None]:
     """(last path component of the name, tag or None) of a valid reference."""
     m = _REFERENCE_RE.match(value)
-    path = m.group("path") if m else value
-    return path.rsplit("/", 1)[-1], (m.group("tag") if m else None)
+    path = m.group(2) if m else value
+    return path.rsplit("/", 1)[-1], (m.group(3) if m else None)
 
 
 def user_name(value: str) -> str:

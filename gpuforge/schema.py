@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
+from gpuforge.image import compat
 from gpuforge.yamlpos import Positioned
 
 AXES = ("torch", "cuda", "python", "os", "flavor", "source")
@@ -27,8 +28,11 @@ MAX_ERRORS = 40  # lines of one report; the rest are counted
 _strict = ConfigDict(extra="forbid", strict=True)
 
 
-def _each(check):
-    return Annotated[str, AfterValidator(check)]
+def _text(check, pattern: str, about: str, **schema):
+    """A string `check`ed at load; matrix.schema.json carries `pattern` (grammar's own regex) so editors and
+    check-jsonschema apply the same rule, and `about` says what the loader checks beyond it."""
+    return Annotated[str, AfterValidator(check),
+                     Field(description=about, json_schema_extra={"pattern": grammar.json_pattern(pattern), **schema})]
 
 
 def _budget(v: float) -> float:
@@ -47,21 +51,26 @@ def _pip(requirement: str) -> str:
     return requirement
 
 
-Url = _each(grammar.url)
+# An os axis value: one the compat data knows (the loader says which, with the nearest).
+Os = Annotated[str, Field(json_schema_extra={"enum": compat.os_names()})]
+_URL_ABOUT = "http(s)://HOST[:PORT]/PATH: no credentials, whitespace or control characters"
+Url = _text(grammar.url, grammar.URL, _URL_ABOUT)
 
 
 class Bootstrap(BaseModel):
     """A base made from a Debian mirror with debootstrap (airgapped sites use their own mirror)."""
 
     model_config = _strict
-    suite: str
-    mirror: Annotated[str, AfterValidator(lambda v: grammar.url(v, what="a mirror URL"))] = "http://deb.debian.org/debian"
+    suite: str = Field(description="the os's own Debian codename (e.g. bookworm for debian12)")
+    mirror: _text(lambda v: grammar.url(v, what="a mirror URL"), grammar.URL, _URL_ABOUT) = "http://deb.debian.org/debian"
     variant: Literal["minbase", "buildd"] = "minbase"
 
 
 class Base(BaseModel):
     model_config = _strict
-    image: _each(lambda v: grammar.image_reference(v, pinned=True)) | None = None
+    image: _text(lambda v: grammar.image_reference(v, pinned=True), grammar.PINNED_REFERENCE,
+                 f"[REGISTRY/]NAME:TAG (not latest) or NAME@DIGEST; the name at most {grammar.NAME_MAX} characters, "
+                 "of the os's own family and version") | None = None
     bootstrap: Bootstrap | None = None
 
     @model_validator(mode="after")
@@ -76,20 +85,25 @@ class Settings(BaseModel):
     """Per-target settings: `defaults:`, then `overrides:` that select, then include entries."""
 
     model_config = _strict
-    size_budget_gb: Annotated[float | int, AfterValidator(_budget)] = 14
-    user: _each(grammar.user_name) = "gpuforge"
+    size_budget_gb: Annotated[float | int, AfterValidator(_budget), Field(json_schema_extra={"exclusiveMinimum": 0})] = 14
+    user: _text(grammar.user_name, grammar.USER_NAME, "a new, unprivileged account (not one the base image has)",
+                maxLength=grammar.USER_MAX, **{"not": {"enum": sorted(grammar.SYSTEM_ACCOUNTS)}}) = "gpuforge"
     uid: int = Field(1000, ge=1000, le=65000)
     index_url: Url | None = None  # None: PyPI for PyPI's default variant, download.pytorch.org otherwise
     pypi_url: Url = "https://pypi.org/simple"
-    apt_packages: list[_each(grammar.apt_package)] = []
-    pip_packages: list[_each(_pip)] = []
-    aliases: dict[Literal[ENVS], list[_each(_alias)]] = {}
+    apt_packages: list[_text(grammar.apt_package, grammar.APT_PACKAGE, "a Debian package name, optionally =VERSION")] = []
+    pip_packages: list[_text(_pip, grammar.PIP_REQUIREMENT,
+                             "a PEP 508 requirement from an index, not torch, torchvision, torchaudio or triton; the loader "
+                             "also parses it with packaging and checks it against the target's pins")] = []
+    aliases: dict[Literal[ENVS], list[_text(_alias, grammar.template((*TAG_FIELDS, "env")),
+                                            "a tag template: each target's alias must render to a valid tag, unique")]] = {}
 
 
 SETTING_KEYS = tuple(Settings.model_fields)
 
 
 class Override(Settings):
+    model_config = ConfigDict(json_schema_extra={"minProperties": 2})  # select and at least one setting
     select: str
 
     @model_validator(mode="after")
@@ -103,11 +117,11 @@ class Override(Settings):
 class ExcludeEntry(BaseModel):
     """An `exclude:` entry: axis values that remove the combinations they all match."""
 
-    model_config = _strict
+    model_config = ConfigDict(**_strict, json_schema_extra={"minProperties": 1})
     torch: str | None = None
     cuda: str | None = None
     python: str | None = None
-    os: str | None = None
+    os: Os | None = None
     flavor: Literal["runtime", "devel"] | None = None
     source: Literal["cuda-base", "wheels"] | None = None
 
@@ -125,7 +139,7 @@ class IncludeEntry(Settings):
     torch: str | None = None
     cuda: str | None = None
     python: str | None = None
-    os: str | None = None
+    os: Os | None = None
     flavor: Literal["runtime", "devel"] | None = None
     source: Literal["cuda-base", "wheels"] | None = None
 
@@ -138,7 +152,7 @@ class Axes(BaseModel):
     torch: list[str] = []
     cuda: list[str] = []
     python: list[str] = []
-    os: list[str] = []
+    os: list[Os] = []
     flavor: list[Literal["runtime", "devel"]] = []
     source: list[Literal["cuda-base", "wheels"]] = []
     include: list[IncludeEntry] = []
@@ -147,11 +161,17 @@ class Axes(BaseModel):
 
 class MatrixFile(BaseModel):
     model_config = _strict
-    registry: _each(grammar.registry) = "127.0.0.1:5000"
-    repository: _each(grammar.repository) = "gpuforge/pytorch"
-    tag_template: _each(lambda v: grammar.placeholders(v, TAG_FIELDS, what="tag_template", required=())) = "{id}"
-    cuda_base_image: _each(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
-                                                          required=("cuda_full",))) = \
+    registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme, or empty") = "127.0.0.1:5000"
+    repository: _text(grammar.repository, grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
+                      maxLength=grammar.NAME_MAX) = "gpuforge/pytorch"
+    tag_template: _text(lambda v: grammar.placeholders(v, TAG_FIELDS, what="tag_template", required=()),
+                        grammar.template(TAG_FIELDS),
+                        f"must render to a valid tag of at most {grammar.TAG_MAX} characters, less promotion suffixes") = "{id}"
+    cuda_base_image: _text(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
+                                                          required=("cuda_full",)),
+                           grammar.template(CUDA_BASE_FIELDS, first=r"[A-Za-z0-9\[]", char=grammar.REFERENCE_CHAR,
+                                            required=("cuda_full",)),
+                           "must render to an image reference for each target") = \
         "nvidia/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"
     bases: dict[str, Base] = {}
     defaults: Settings = Settings()
@@ -233,8 +253,19 @@ def _real_loc(data: object, err: dict) -> tuple:
 
 
 def json_schema() -> dict:
-    """matrix.yaml's JSON schema, generated from the models (editors validate against it)."""
-    return MatrixFile.model_json_schema()
+    """matrix.yaml's JSON schema, generated from the models (editors validate against it), plus what the loader
+    checks per os from the compat data (gpuforge.matrix._check_bases): known os names, debootstrap only for
+    Debian and only of the os's own suite."""
+    schema = MatrixFile.model_json_schema()
+    base = {"$ref": "#/$defs/Base"}
+    per_os = {}
+    for name in compat.os_names():
+        info = compat.os_info(name)
+        rule = ({"properties": {"bootstrap": {"properties": {"suite": {"const": info["codename"]}}}}}
+                if info["family"] == "debian" else {"not": {"required": ["bootstrap"]}})
+        per_os[name] = {"allOf": [base, rule]}
+    schema["properties"]["bases"].update(propertyNames={"enum": compat.os_names()}, properties=per_os)
+    return schema
 
 
 def report(lines: list[str]) -> str:
