@@ -150,6 +150,21 @@ def _cold_report(t, driver, times, steps, rounds) -> None:
           f"uv / naive: {med['gpuforge (uv)'] / med['naive pip Dockerfile']:.2f}")
 
 
+def slowest_steps(log: str, n: int = 3) -> str:
+    """The n longest BuildKit steps of a plain-progress log, 'header (seconds)': where a build's time went.
+    A step's time is its `DONE Xs`, or for a CACHED step whose layers were pulled, its longest layer timer
+    (`#9 sha256:... 2.5GB / 2.5GB 45.3s done`, `#9 extracting sha256:... 30.1s done`)."""
+    heads: dict[str, str] = {}
+    secs: dict[str, float] = {}
+    for num, rest in re.findall(r"^(#\d+) (\S.*)$", log, re.M):
+        heads.setdefault(num, rest)
+        m = re.search(r"(?:^DONE | )([0-9]+\.[0-9]+)s(?: done)?$", rest)
+        if m:
+            secs[num] = max(secs.get(num, 0.0), float(m.group(1)))
+    top = sorted(((sec, heads[num]) for num, sec in secs.items()), reverse=True)[:n]
+    return "; ".join(f"{head[:60]} ({sec:.1f} s)" for sec, head in top)
+
+
 def _cli_build(matrix: Path, snap: Path, state: Path, ca: str | None, *extra: str, docker_host: str | None = None
                ) -> tuple[float, dict]:
     """`gpuforge build` of the default target, as a user runs it: wall time and its build record."""
@@ -159,13 +174,27 @@ def _cli_build(matrix: Path, snap: Path, state: Path, ca: str | None, *extra: st
     argv = [sys.executable, "-m", "gpuforge", "--matrix", str(matrix), "build", "--progress", "plain",
             *(["--extra-ca", ca] if ca else []), *extra]
     t0 = time.monotonic()
-    p = subprocess.run(argv, cwd=snap, env=env, capture_output=True, text=True)
+    lines: list[tuple[float, str]] = []  # (seconds since start, line): BuildKit's log has no timer for unpacking
+    with subprocess.Popen(argv, cwd=snap, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as p:
+        try:
+            for line in p.stdout:
+                lines.append((time.monotonic() - t0, line))
+        except BaseException:  # Ctrl-C/SIGTERM: let gpuforge stop its build (it tags nothing), then unwind
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            raise
     took = time.monotonic() - t0
     if p.returncode != 0:
-        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
-        p.check_returncode()
-    recs = json.loads((state / "builds.json").read_text())
-    return took, next(iter(recs.values()))
+        sys.stderr.write("".join(x for _, x in lines[-60:]))
+        raise subprocess.CalledProcessError(p.returncode, argv)
+    rec = next(iter(json.loads((state / "builds.json").read_text()).values()))
+    pulls = [t for t, x in lines if re.search(r"\] #\d+ pulling sha256:", x)]
+    rec["pull_s"] = took - pulls[0] if pulls else 0.0  # from the first cached-layer pull to the end
+    return took, rec
 
 
 def registry_cache(t, ca: str | None) -> None:
@@ -200,11 +229,16 @@ def registry_cache(t, ca: str | None) -> None:
         cold_s, cached_s = times.values()
         steps = runners.run_steps(Path(recs["(b) --cache-from the registry"]["log"]).read_text())
         cold_steps = runners.run_steps(Path(recs["(a) no cache source (cold)"]["log"]).read_text())
+        slowest = {k: slowest_steps(Path(r["log"]).read_text()) for k, r in recs.items()}
     print(f"registry cache across runners, {t.id} ({recs['(a) no cache source (cold)']['driver']}):")
     print(f"  (a) runner B cold, no cache source        {cold_s:7.1f} s  (RUN steps CACHED: "
           f"{sum(cold_steps.values())} of {len(cold_steps)})")
     print(f"  (b) runner B --cache-from <A's inline ref> {cached_s:7.1f} s  (RUN steps CACHED: "
           f"{sum(steps.values())} of {len(steps)})")
+    for k, v in slowest.items():
+        print(f"  slowest steps {k[:3]}: {v}")
+    print(f"  (b) from its first cached-layer pull to the end (pull + unpack of A's layers): "
+          f"{recs['(b) --cache-from the registry']['pull_s']:.1f} s")
     print(f"  time saved {cold_s - cached_s:.1f} s, ratio (b)/(a) {cached_s / cold_s:.2f}; "
           f"runner A paid build {a_s:.1f} s + push {push_s:.1f} s once")
 
@@ -231,7 +265,12 @@ def main() -> int:
         return 0
     if args.registry_cache:
         signal.signal(signal.SIGTERM, _interrupted)
-        registry_cache(t, ca)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (`&`)
+        try:
+            registry_cache(t, ca)
+        except KeyboardInterrupt:
+            print("bench: interrupted; second engine, registry, tags and temp dir removed", file=sys.stderr)
+            return 130
         return 0
     rounds = args.rounds or 3
     bench_t = dataclasses.replace(t, tags=("gpuforge-bench/gpuforge:latest",))
