@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.schema import GPU_REQUESTS
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent  # the checkout: images/programs and gpuforge/image for local:// and ssh:// hosts
 
@@ -30,7 +32,7 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-expect", action="append", default=[], help="KEY=VALUE expected value (overrides)")
     g.addoption("--gpuforge-report", help="write the JSON report here")
     g.addoption("--gpuforge-gpu", action="store_true", help="run the GPU checks (containers get every GPU)")
-    g.addoption("--gpuforge-gpu-request", choices=("nvidia", "cdi"), default="nvidia",
+    g.addoption("--gpuforge-gpu-request", choices=GPU_REQUESTS, default="nvidia",
                 help="how containers ask for GPUs: nvidia (--gpus all, NVIDIA runtime) or cdi (--device nvidia.com/gpu=all)")
     g.addoption("--gpuforge-gpus", help="GPUs the runner was asked to give (a count, or 'all'); default: NVIDIA_VISIBLE_DEVICES, "
                 "else every GPU of the runner")
