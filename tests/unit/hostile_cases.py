@@ -76,6 +76,9 @@ CASES = [
     Case("apt-bad-version", swap(12, '  apt_packages: ["vim=$(id)"]'), 12, ("is not a Debian version",)),
     Case("pip-shell-injection", swap(13, '  pip_packages: ["rich; curl x | sh"]'), 13,
          ("defaults.pip_packages.0", "is not a pip requirement")),
+    # a 30 kB name followed by a character no requirement has: refused in linear time (was 19 s, quadratic)
+    Case("pip-backtracking-bomb", swap(13, '  pip_packages: ["' + "a" * 30000 + '===x|y"]'), 13,
+         ("defaults.pip_packages.0", "is not a pip requirement")),
     Case("pip-option", swap(13, '  pip_packages: ["--index-url=http://evil.example/simple"]'), 13, ("is a pip option",)),
     Case("pip-replaces-torch", swap(13, '  pip_packages: ["torch==2.6.0"]'), 13, ("would replace torch", "`torch` axis")),
     Case("pip-replaces-triton", swap(13, '  pip_packages: ["Triton>=3"]'), 13, ("would replace Triton",)),

@@ -35,6 +35,7 @@ REFUSED = {
     "apt-bad-version": "$.defaults.apt_packages[0]",
     "pip-shell-injection": "$.defaults.pip_packages[0]",
     "pip-option": "$.defaults.pip_packages[0]",
+    "pip-backtracking-bomb": "$.defaults.pip_packages[0]",
     "pip-replaces-torch": "$.defaults.pip_packages[0]",
     "pip-replaces-triton": "$.defaults.pip_packages[0]",
     "pip-direct-url": "$.defaults.pip_packages[0]",
