@@ -34,6 +34,9 @@ def image_spec() -> dict:
 # that slipped past a check still cannot add a Dockerfile instruction, a shell command or an option.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./?#&~-]+\Z")
+# Reserved words are plain arguments to the shell, but shellcheck (through hadolint) reads a bare `then` or `fi`
+# as misplaced syntax (SC1010 and friends; found by tests/unit/test_render_fuzz.py): they are quoted.
+_RESERVED = frozenset("if then else elif fi case esac for select while until do done in function time".split())
 
 
 def _renderable(value: object, what: str) -> str:
@@ -52,7 +55,8 @@ def shell_word(value: object) -> str:
     if text.startswith("-"):
         msg = f"refusing to render {text!r} as a shell argument: it would be read as an option"
         raise ConfigError(msg)
-    return text if _PLAIN_WORD.match(text) else '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
+    plain = _PLAIN_WORD.match(text) and text not in _RESERVED
+    return text if plain else '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
 
 
 def dockerfile_value(value: object) -> str:
