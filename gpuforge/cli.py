@@ -156,8 +156,15 @@ def cmd_smoke(args) -> int:
     if args.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
         host, selectors = None, [host, *selectors]
     # matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)
-    uses_matrix = Path(args.matrix).is_file() or not args.target_json
-    m = load_matrix(Path(args.matrix)) if uses_matrix and options.gpu_request(args.gpu_request).source == "default" else None
+    m = None
+    if options.gpu_request(args.gpu_request).source == "default" and (Path(args.matrix).is_file() or not args.target_json):
+        try:
+            m = load_matrix(Path(args.matrix))
+        except ConfigError as e:
+            if not args.target_json:
+                raise
+            # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
+            print(f"gpuforge: note: {args.matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
     gpu_request = _gpu_request(args, m, starts_containers=bool(args.image))
     return validate.smoke(host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
                           matrix=Path(args.matrix), selectors=selectors, pytest_args=args.pytest_args,

@@ -145,6 +145,20 @@ def test_smoke_with_only_a_target_json_needs_no_matrix(tmp_path, monkeypatch):
     assert seen["gpu_request"] == "nvidia"
 
 
+
+def test_smoke_with_a_target_json_is_not_stopped_by_a_broken_matrix_beside_it(tmp_path, monkeypatch, capsys):
+    """The versions come from --target-json; a stale matrix.yaml on the runner only loses its gpu_request (said)."""
+    seen = {}
+    monkeypatch.setattr(validate, "smoke", lambda *a, **k: seen.update(k) or 0)
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text("registry: [\n")
+    args = cli.parser().parse_args(["--matrix", str(bad), "smoke", "local://", "--target-json", str(tmp_path / "t.json")])
+    assert args.fn(args) == 0 and seen["gpu_request"] == "nvidia"
+    assert f"{bad} not read for gpu_request" in capsys.readouterr().err
+    args = cli.parser().parse_args(["--matrix", str(bad), "smoke", "local://"])  # no target.json: the matrix is needed
+    with pytest.raises(ConfigError):
+        args.fn(args)
+
 def test_one_home_for_the_modes():
     assert run.GPU_REQUESTS is GPU_REQUESTS
     assert json_schema()["properties"]["gpu_request"]["anyOf"][0]["enum"] == list(GPU_REQUESTS)
