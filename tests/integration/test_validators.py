@@ -111,7 +111,7 @@ BROKEN += [
     ("gpu-not-in-arch-list", fake_smi("0, NVIDIA GeForce RTX 5090, 12.0, 32607, 575.57.08"),
      "test_driver.py::test_gpus_in_arch_list", "sm_120"),
 ]
-# The smoke suite's broken case is a broken GPU: it runs on a GPU runner (docs/measurements/gpu-14.md), not here.
+# The smoke suite needs a GPU: its bars are proven by mutated reports (tests/unit), its device count on the H200.
 GPU_HOST_ONLY = {"test_gpu_smoke"}
 
 
