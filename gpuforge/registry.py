@@ -26,7 +26,8 @@ from gpuforge.errors import RegistryError
 
 # what skopeo prints for "no such manifest" (registry/distribution error codes, and containers/image text)
 _NOT_FOUND = re.compile(r"manifest unknown|MANIFEST_UNKNOWN|NAME_UNKNOWN|name unknown|not found", re.I)
-_DENIED = re.compile(r"unauthorized|authentication required|denied|401|403|invalid username/password", re.I)
+# status codes as whole words: a digest in the same message is hex and may hold "401" or "403" (CI once failed so)
+_DENIED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b|invalid username/password", re.I)
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connection reset|no route to host", re.I)
 
 
