@@ -42,6 +42,15 @@ def write_matrix(tmp_path):
     return _write
 
 
+def ctrl_c_able() -> None:
+    """Popen preexec_fn: SIGINT back to its default in the child. A run started in the background (`cmd &`,
+    nohup) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt: Ctrl-C tests would pass
+    or fail by how their runner was started (they failed once so)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def need(msg: str):
     """A resource the test needs is absent: skip saying why, or FAIL under GPUFORGE_REQUIRE_DOCKER=1 (CI)."""
     if REQUIRE:

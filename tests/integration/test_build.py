@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, gpuforge
+from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge import build, engine, records, render
 from gpuforge.errors import BuildError, ConfigError
 from gpuforge.matrix import load_matrix
@@ -226,7 +226,7 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
         "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
         f"build.build_targets([t], build.BuildOptions(context_root=Path({str(ctx)!r}), progress='plain', "
         f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r})))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True,
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True, preexec_fn=ctrl_c_able,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / f"{t.id}.log"
     deadline = time.monotonic() + 300

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, gpuforge
+from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge import report, run
 from gpuforge.errors import EngineError
 
@@ -188,7 +188,8 @@ def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path
 
 def test_interrupted_validate_leaves_no_container(default_build, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while not run.leftovers() and time.monotonic() < deadline:
@@ -205,7 +206,8 @@ def test_interrupted_validate_leaves_no_container(default_build, tmp_path):
 
 def test_clean_removes_what_a_crashed_run_left(default_build, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not run.leftovers() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -223,7 +225,8 @@ def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
     _, rec = default_build
     with run.container(rec["image_id"], ["sleep", "infinity"]) as alive:
         proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while len(run.leftovers()) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
