@@ -63,6 +63,16 @@ def run_steps(log: str) -> dict[str, bool]:
     return {head: bool(re.search(rf"^{num} CACHED$", log, re.M)) for num, head in heads.items()}
 
 
+def end(proc: subprocess.Popen, timeout: float) -> None:
+    """Stop a child: SIGTERM, then SIGKILL if it is still there after `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Registry:
     """Debian's docker-registry on 127.0.0.1:port (plain HTTP, deletes on); `config` adds YAML (e.g. auth)."""
 
@@ -92,12 +102,7 @@ class Registry:
         raise StartError(msg)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end(self.proc, 30)
         self.log.close()
 
 
@@ -164,12 +169,7 @@ class SecondEngine:
 
     def stop(self):
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc, 60)
         if self.log is not None:
             self.log.close()
         for rule in self.rules:
