@@ -106,7 +106,7 @@ def tests(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Re-resolve requirements/*.lock (gpuforge's environments) and the images' locks with uv, pinned."""
     _install(session)
-    session.run("python", "-c", "from pathlib import Path; from gpuforge import locks; "
+    session.run("python", "-c", "from pathlib import Path; from gpuforge.render import locks; "
                 "print(*locks.compile_dev_locks(Path('.')), sep='\\n')")
     session.run("gpuforge", "lock")
     session.run("gpuforge", "generate")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuforge import grammar
 from gpuforge.errors import ConfigError, FatalError
-from gpuforge.matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from gpuforge.plan import grammar
+from gpuforge.plan.matrix import DEFAULT_MATRIX, Matrix, load_matrix
 
 console = Console(stderr=False, highlight=False)
 
@@ -50,7 +50,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from gpuforge import render
+    from gpuforge.render import dockerfile as render
 
     m, targets = _targets(args, all_by_default=True)
     if args.check:
@@ -72,10 +72,10 @@ def cmd_generate(args) -> int:
 def cmd_lock(args) -> int:
     from importlib import resources
 
-    from gpuforge import locks
+    from gpuforge.render import locks
 
     m = load_matrix(Path(args.matrix))
-    out = Path(str(resources.files("gpuforge").joinpath("data/locks")))
+    out = Path(str(resources.files("gpuforge.render").joinpath("data/locks")))
     for f in locks.compile_image_locks(list(m.targets), out):
         print(f"wrote {f}")
     print("now run `gpuforge generate` to merge the locks into each target's constraints.txt")
@@ -83,7 +83,7 @@ def cmd_lock(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from gpuforge.schema import json_schema
+    from gpuforge.plan.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     out = Path(args.output)
@@ -98,7 +98,8 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from gpuforge import build, options
+    from gpuforge import options
+    from gpuforge.build import runner as build
 
     if args.driver not in ("auto", "buildx", "classic"):
         msg = f"GPUFORGE_DRIVER={args.driver!r}: not a build driver (allowed: auto, buildx, classic)"
@@ -141,7 +142,7 @@ def _gpu_request(args, m: Matrix | None, *, starts_containers: bool = True) -> s
 
 
 def cmd_validate(args) -> int:
-    from gpuforge import validate
+    from gpuforge.validate import pytest_run as validate
 
     m, targets = _targets(args)
     gpu_request = _gpu_request(args, m) if args.gpu else None
@@ -150,7 +151,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_smoke(args) -> int:
-    from gpuforge import options, validate
+    from gpuforge import options
+    from gpuforge.validate import pytest_run as validate
 
     host, selectors = args.host, args.selectors
     if args.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
@@ -172,7 +174,7 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from gpuforge import promote
+    from gpuforge.publish import promote
 
     m, targets = _targets(args)
     promote.push_targets(targets, registry=args.registry)
@@ -180,7 +182,7 @@ def cmd_push(args) -> int:
 
 
 def cmd_promote(args) -> int:
-    from gpuforge import promote
+    from gpuforge.publish import promote
 
     m, targets = _targets(args)
     promote.promote_targets(targets, env=args.to, reports=Path(args.reports), registry=args.registry,
@@ -189,7 +191,7 @@ def cmd_promote(args) -> int:
 
 
 def cmd_attest(args) -> int:
-    from gpuforge import promote
+    from gpuforge.publish import promote
 
     m, targets = _targets(args)
     promote.attest_targets(targets, reports=Path(args.reports), registry=args.registry, gpu=args.gpu, key=args.key)
@@ -197,7 +199,7 @@ def cmd_attest(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     n = run.clean()
     print(f"removed {n} gpuforge container(s)")
@@ -280,7 +282,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _reap() -> None:
     """Containers of gpuforge runs that died (SIGKILL, OOM) go at the next run that uses the engine."""
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     try:
         n = run.reap()

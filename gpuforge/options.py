@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuforge import grammar
 from gpuforge.errors import ConfigError
-from gpuforge.schema import GPU_REQUESTS
+from gpuforge.plan import grammar
+from gpuforge.plan.schema import GPU_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def resolve(name: str, *, flag: str, cli: str | None, env: str | None = None, ma
             default: str | None = None, is_path: bool = False) -> Resolved:
     """The first value given among: the CLI flag, $env, matrix.yaml's `key`, the default.
 
-    `matrix` is a loaded gpuforge.matrix.Matrix (its spec and positions); `key` a top-level matrix key.
+    `matrix` is a loaded gpuforge.plan.matrix.Matrix (its spec and positions); `key` a top-level matrix key.
     """
     if cli not in (None, ""):
         return Resolved(name, cli, flag)

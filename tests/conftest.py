@@ -64,7 +64,7 @@ def need_engine(what: str = "a Docker engine"):
 
 @pytest.fixture(scope="session")
 def docker_engine():
-    from gpuforge import engine
+    from gpuforge.engine import client as engine
     from gpuforge.errors import EngineError
 
     try:
@@ -107,8 +107,8 @@ def test_ca(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_build(docker_engine, test_ca):
     """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast)."""
-    from gpuforge import records
-    from gpuforge.matrix import load_matrix
+    from gpuforge.plan.matrix import load_matrix
+    from gpuforge.state import records
 
     t = load_matrix().select(None)[0]
     r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")

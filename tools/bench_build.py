@@ -40,8 +40,11 @@ from pathlib import Path
 
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
-from gpuforge import build, engine, paths, render
-from gpuforge.matrix import load_matrix
+from gpuforge import paths
+from gpuforge.build import runner as build
+from gpuforge.engine import client as engine
+from gpuforge.plan.matrix import load_matrix
+from gpuforge.render import dockerfile as render
 
 REGISTRY_PORTS = range(5300, 5400)
 REPOSITORY = "gpuforge-test-13b/cache"

@@ -1,6 +1,6 @@
 """Matrix benchmark (`nox -s bench_matrix`): hostile matrices and a 2,000-target plan, with budgets.
 
-1. Every case of tests/unit/hostile_cases.py, each in a fresh process: time of `gpuforge plan` (imports
+1. Every case of tests/unit/plan/hostile_cases.py, each in a fresh process: time of `gpuforge plan` (imports
    excluded) and peak RSS. Budgets (issue #12): every case under 2 s and 200 MB, the alias bomb refused
    in under 1 s. `--old` runs the same table against the implementation before #12 (commit d32d7c3).
 2. `gpuforge plan` (table and --json) of a 2,000-target matrix, today's code side by side with d32d7c3's.
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "plan"))
 from hostile_cases import CASES  # noqa: E402 - the table lives with its test
 
 OLD_COMMIT = "d32d7c3"
@@ -124,7 +124,7 @@ def largest_accepted(folder: Path) -> Path:
     """A valid matrix just under the loader's size limit: 1 MiB of apt package names to check."""
     from hostile_cases import BASE
 
-    from gpuforge.yamlpos import MAX_BYTES
+    from gpuforge.plan.yamlpos import MAX_BYTES
 
     head, tail = BASE.split("  apt_packages: [vim]\n")
     names, size, i = [], len(BASE) + 40, 0

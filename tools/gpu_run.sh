@@ -100,7 +100,7 @@ cdi_run() {
         docker run --rm --device nvidia.com/gpu=all -e NVIDIA_VISIBLE_DEVICES=void $IMG sh -c 'nvidia-smi -L'; echo "rc=$?"
         echo "-- --gpus all (the NVIDIA runtime, absent here), through gpuforge:"
         python3 -c 'import sys
-from gpuforge import run
+from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 try:
     with run.container(sys.argv[1], ["true"], gpus=True, gpu_request="nvidia"):

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import workflows
-from gpuforge import locks
-from gpuforge.engine import echo_cmd
+from gpuforge.engine.client import echo_cmd
+from gpuforge.render import locks
 
 ROOT = Path(__file__).resolve().parent.parent  # tools/ lives in the checkout it lints
 PYTHON = ["gpuforge", "validators", "tests", "tools", "noxfile.py", "images/context", "images/programs"]

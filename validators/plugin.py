@@ -2,7 +2,7 @@
 hosts, containers per entrypoint mode, and the JSON report.
 
 The same modules run against
-  - an image (`--gpuforge-image IMAGE`): containers are started per mode through gpuforge.run,
+  - an image (`--gpuforge-image IMAGE`): containers are started per mode through gpuforge.engine.containers,
   - `--gpuforge-host local://` (a GPU runner, or inside an image), or `ssh://user@host`.
 Expected versions come from the target (`--gpuforge-target target.json`) plus `--gpuforge-expect k=v`
 overrides, never from constants here. Each check's outcome, timing and facts go to a JSON report.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.schema import GPU_REQUESTS
+from gpuforge.plan.schema import GPU_REQUESTS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent  # the checkout: images/programs and gpuforge/image for local:// and ssh:// hosts
@@ -152,7 +152,7 @@ def shared_container(pytestconfig, gpu):
     if not img:
         yield None
         return
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     with run.container(img, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None,
                        gpu_request=pytestconfig.getoption("gpuforge_gpu_request")) as c:
@@ -320,7 +320,7 @@ def pytest_sessionfinish(session, exitstatus):
         "seconds": round(time.time() - _started, 2),
         "facts": _facts,
         "checks": _checks,
-        # a narrowed run (-k, -m, --deselect) is marked; gpuforge.evidence also checks every required id ran
+        # a narrowed run (-k, -m, --deselect) is marked; gpuforge.validate.evidence also checks every required id ran
         "selection": {"keyword": cfg.option.keyword or "", "markexpr": cfg.option.markexpr or "",
                       "deselected": sorted(_deselected),
                       "narrowed": bool(cfg.option.keyword or cfg.option.markexpr or _deselected)},
@@ -335,7 +335,7 @@ def _record_target(target, facts, pytestconfig):
     facts["expected"] = target.as_dict()
     img = pytestconfig.getoption("gpuforge_image")
     if img:
-        from gpuforge import engine
+        from gpuforge.engine import client as engine
 
         attrs = engine.client().images.get(img).attrs
         facts["image_id"] = attrs["Id"]
@@ -365,7 +365,7 @@ def _ssh_server(image: str, target: dict):
 
     import paramiko
 
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     @contextlib.contextmanager
     def start():

@@ -18,7 +18,7 @@ TOKEN = uuid.uuid4().hex
 
 @pytest.fixture(scope="module")
 def server(image):
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     with run.container(image, ["jupyter"], env={"JUPYTER_TOKEN": TOKEN}, ports={8888: None}) as c:
         port = c.port(8888)
@@ -174,7 +174,7 @@ def test_kernel_runs_torch(server, target, timeout, facts):
 
 
 def test_generated_token_printed_once_and_works(image):
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     with run.container(image, ["jupyter"], ports={8888: None}) as c:
         m = c.wait_for_log(r"generated Jupyter token \(printed once\): ([0-9a-f]{48})", timeout=60)

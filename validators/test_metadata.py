@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpuforge.labels import expected_labels, label_key
+from gpuforge.render.labels import expected_labels, label_key
 
 
 @pytest.fixture(scope="module")
 def config(image):
-    from gpuforge import engine
+    from gpuforge.engine import client as engine
 
     return engine.client().images.get(image).attrs
 

@@ -108,7 +108,7 @@ def test_build_ca_nowhere_in_filesystem(root_host, image, pytestconfig, timeout,
 
 
 def test_history_has_no_secrets(image, pytestconfig):
-    from gpuforge import engine
+    from gpuforge.engine import client as engine
 
     hist = "\n".join(h.get("CreatedBy", "") for h in engine.client().images.get(image).history())
     assert not re.search(PRIVATE_KEY, hist), "a private key is in docker history"

@@ -103,7 +103,7 @@ def test_only_sshd_listens(ssh_server, timeout):
 
 
 def test_no_key_given_is_a_clear_error(image):
-    from gpuforge import run
+    from gpuforge.engine import containers as run
 
     with run.container(image, ["ssh"], user="root") as c:
         c.container.wait(timeout=60)

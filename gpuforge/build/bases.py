@@ -1,0 +1,93 @@
+"""Base images: bootstrapped from a Debian mirror (debootstrap -> docker import), or pulled.
+
+A bootstrapped base is built once and reused while its recipe (suite, mirror, variant) is
+unchanged: the recipe's hash is in the tag and in a label, checked before reuse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import docker.errors
+
+from gpuforge.engine import client as engine
+from gpuforge.errors import EngineError
+from gpuforge.plan.matrix import Target
+
+RECIPE_LABEL = "io.gpuforge.base-recipe"
+
+
+def recipe_hash(boot: dict) -> str:
+    return hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_base(t: Target, log=print) -> str:
+    """Make sure the target's FROM image is in the engine; returns its image id."""
+    if t.bootstrap:
+        return _ensure_bootstrapped(t.base_image, t.bootstrap, log)
+    return _ensure_pulled(t.base_image, log)
+
+
+def _ensure_pulled(ref: str, log) -> str:
+    c = engine.client()
+    try:
+        img = c.images.get(ref)
+        log(f"base {ref}: present ({img.id[:19]})")
+        return img.id
+    except docker.errors.ImageNotFound:
+        pass
+    log(f"base {ref}: pulling")
+    try:
+        img = c.images.pull(ref)
+    except docker.errors.APIError as e:
+        msg = (f"cannot pull base image {ref}: {e.explanation or e} "
+               "(is the registry reachable? mirror it and point the matrix's bases/cuda_base_image there)")
+        raise EngineError(msg) from None
+    return img.id
+
+
+def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
+    c = engine.client()
+    want = recipe_hash(boot)
+    try:
+        img = c.images.get(tag)
+        if (img.labels or {}).get(RECIPE_LABEL) == want:
+            log(f"base {tag}: reused (recipe {want[:12]})")
+            return img.id
+        log(f"base {tag}: recipe changed, rebuilding")
+    except docker.errors.ImageNotFound:
+        pass
+    if not shutil.which("debootstrap"):
+        msg = "bootstrapped bases need debootstrap (Debian: apt-get install debootstrap)"
+        raise EngineError(msg)
+    with tempfile.TemporaryDirectory(prefix="gpuforge-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        argv = ["debootstrap", f"--variant={boot['variant']}", boot["suite"], str(root), boot["mirror"]]
+        engine.echo_cmd(argv)
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+            msg = f"debootstrap of {boot['suite']} from {boot['mirror']} failed: {' | '.join(tail)}"
+            raise EngineError(msg)
+        # Package lists and the download cache are rebuilt by every image's apt step; keep them out.
+        for junk in ("var/lib/apt/lists", "var/cache/apt/archives"):
+            for p in (root / junk).glob("*"):
+                if p.is_file():
+                    p.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        try:
+            c.api.import_image_from_data(
+                tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1],
+                changes=[f"LABEL {RECIPE_LABEL}={want}", 'CMD ["/bin/bash"]'],
+            )
+        finally:
+            tar.stdout.close()
+            tar.wait()
+    img = c.images.get(tag)
+    log(f"base {tag}: bootstrapped ({img.id[:19]})")
+    return img.id

@@ -1,0 +1,217 @@
+"""Container lifecycle: every container gpuforge starts goes through `container()` and is removed
+on success, failure and Ctrl-C. Each is labelled as gpuforge's (and with its run id), so `clean()`
+can remove what a crashed run left behind. Ports are published on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+import docker.types
+
+from gpuforge.engine import client as engine
+from gpuforge.errors import EngineError
+from gpuforge.plan.schema import GPU_REQUESTS
+
+RUN_LABEL = "io.gpuforge.run"
+RUN_ID = os.environ.get("GPUFORGE_RUN_ID") or uuid.uuid4().hex[:12]
+
+
+@dataclass
+class Running:
+    """A started container: its id, published ports and logs."""
+
+    container: docker.models.containers.Container
+
+    @property
+    def id(self) -> str:
+        return self.container.id
+
+    def port(self, inside: int) -> int:
+        self.container.reload()
+        bound = (self.container.attrs["NetworkSettings"]["Ports"] or {}).get(f"{inside}/tcp")
+        if not bound:
+            msg = f"container {self.id[:12]} publishes no port {inside}"
+            raise EngineError(msg)
+        return int(bound[0]["HostPort"])
+
+    def logs(self) -> str:
+        return self.container.logs().decode(errors="replace")
+
+    def status(self) -> str:
+        self.container.reload()
+        return self.container.status
+
+    def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match:
+        """Wait until the logs match `pattern`; fail with the logs if the container exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while True:
+            logs = self.logs()
+            m = rx.search(logs)
+            if m:
+                return m
+            if self.status() == "exited" or time.monotonic() > deadline:
+                state = "exited" if self.status() == "exited" else f"no match after {timeout:.0f}s"
+                msg = f"container {self.id[:12]} {state} waiting for /{pattern}/; logs:\n{logs[-3000:]}"
+                raise EngineError(msg)
+            time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def container(image: str, command: list[str] | None = None, *, user: str | None = None,
+              env: dict[str, str] | None = None, ports: dict[int, int | None] | None = None,
+              gpus: bool = False, shm_size: str | None = None, volumes: dict | None = None,
+              sysctls: dict | None = None, gpu_request: str = "nvidia") -> Iterator[Running]:
+    """Start `image` detached; always remove it afterwards.
+
+    `ports` maps container port -> host port on 127.0.0.1 (None: any free port).
+    `gpus=True` gives the container every GPU, asked for as `gpu_request` says (see gpu_device_request).
+    """
+    c = engine.client()
+    kwargs: dict = {
+        "detach": True,
+        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID, OWNER_LABEL: _owner()},
+        "environment": env or {},
+        "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
+    }
+    if user is not None:
+        kwargs["user"] = user
+    if gpus:
+        kwargs["device_requests"] = [gpu_device_request(gpu_request)]
+    if shm_size:
+        kwargs["shm_size"] = shm_size
+    if volumes:
+        kwargs["volumes"] = volumes
+    if sysctls:
+        kwargs["sysctls"] = sysctls
+    try:
+        cont = c.containers.create(image, command, **kwargs)
+    except docker.errors.ImageNotFound:
+        msg = f"image {image} is not in the engine; run `gpuforge build` first"
+        raise EngineError(msg) from None
+    except docker.errors.APIError as e:
+        text = str(e.explanation or e)
+        if gpus and gpu_request_failed(text):
+            raise EngineError(gpu_request_error(image, gpu_request, text)) from None
+        msg = f"cannot create a container of {image}: {text}"
+        raise EngineError(msg) from None
+    try:
+        try:
+            cont.start()
+        except docker.errors.APIError as e:
+            text = str(e.explanation or e)
+            if "port is already allocated" in text or "address already in use" in text:
+                taken = ", ".join(f"127.0.0.1:{h}" for h in (ports or {}).values() if h)
+                msg = f"port already taken ({taken}); free it or let gpuforge pick a free port"
+                raise EngineError(msg) from None
+            if gpus and gpu_request_failed(text):
+                raise EngineError(gpu_request_error(image, gpu_request, text)) from None
+            msg = f"cannot start a container of {image}: {text}"
+            raise EngineError(msg) from None
+        yield Running(cont)
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            cont.remove(force=True, v=True)
+
+
+def gpu_device_request(mode: str) -> docker.types.DeviceRequest:
+    """Every GPU, asked for the way the runner's engine can give it.
+
+    nvidia: `docker run --gpus all`, served by the NVIDIA container runtime (nvidia-container-toolkit).
+    cdi: `docker run --device nvidia.com/gpu=all` (Docker >= 25 with CDI on, podman): the engine applies the
+    host's CDI spec (device nodes, driver libraries), no NVIDIA runtime needed.
+    """
+    if mode == "nvidia":
+        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+    if mode == "cdi":
+        return docker.types.DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=all"])
+    msg = f"unknown GPU request mode {mode!r} (allowed: {', '.join(GPU_REQUESTS)})"
+    raise EngineError(msg)
+
+
+def gpu_request_failed(text: str) -> bool:
+    t = text.lower()
+    return "could not select device driver" in t or "cdi" in t or "nvidia" in t
+
+
+def gpu_request_error(image: str, mode: str, text: str) -> str:
+    """The engine's refusal of a GPU request, turned into what to do about it."""
+    t = text.lower()
+    if mode == "nvidia" and "could not select device driver" in t:
+        return (f"cannot start {image} with a GPU: the engine has no NVIDIA container runtime ({text}); "
+                f"install nvidia-container-toolkit on this runner (nvidia-ctk runtime configure --runtime=docker, "
+                f"restart dockerd), or ask for GPUs through CDI: --gpu-request cdi (GPUFORGE_GPU_REQUEST=cdi)")
+    if mode == "cdi" and "could not select device driver" in t:
+        return (f"cannot start {image} with a CDI GPU request: this engine has no CDI support ({text}); "
+                f'use Docker >= 25 with {{"features": {{"cdi": true}}}} in /etc/docker/daemon.json, '
+                f"or --gpu-request nvidia with nvidia-container-toolkit")
+    if mode == "cdi" and ("unresolvable" in t or "cdi" in t):
+        return (f"cannot start {image} with a CDI GPU request ({text}); write the GPU's CDI spec: "
+                f"nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (nvidia-ctk cdi list shows nvidia.com/gpu=all)")
+    return f"cannot start {image} with a GPU ({mode} request): {text}"
+
+
+# "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that
+# process is gone (SIGKILL, OOM, a crashed runner), without touching containers of runs still alive.
+OWNER_LABEL = "io.gpuforge.process"
+
+
+def _started(pid: int) -> str:
+    """The process's start time in clock ticks since boot ('' when there is no such process): with the pid
+    it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return ""
+    # a zombie (Z) or dead (X) process is gone, even while no parent has collected it yet
+    return "" if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+
+
+def owner_alive(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not started:
+        return True  # another machine's (or an unlabelled) run: not ours to judge
+    return _started(int(pid)) == started
+
+
+def reap() -> int:
+    """Remove gpuforge containers whose owning process is gone; returns how many."""
+    n = 0
+    for cont in leftovers():
+        owner = (cont.labels or {}).get(OWNER_LABEL)
+        if owner and not owner_alive(owner):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                cont.remove(force=True, v=True)
+                n += 1
+    return n
+
+
+def leftovers(run_id: str | None = None) -> list:
+    label = f"{RUN_LABEL}={run_id}" if run_id else f"{engine.LABEL_OWNER}=gpuforge"
+    return engine.client().containers.list(all=True, filters={"label": label})
+
+
+def clean(run_id: str | None = None) -> int:
+    """Remove gpuforge's containers (of one run, or all); returns how many."""
+    n = 0
+    for cont in leftovers(run_id):
+        with contextlib.suppress(docker.errors.NotFound):
+            cont.remove(force=True, v=True)
+            n += 1
+    return n

@@ -1,0 +1,483 @@
+"""matrix.yaml -> frozen Target objects (GitHub Actions include/exclude semantics), checked by compat.
+
+Every problem found is collected (Problems) and reported once, grouped: one line per distinct problem, at
+the line of the value that causes it, however many targets it affects. Everything `build` would trip on
+later is checked here, at plan time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from packaging.utils import canonicalize_name
+
+from gpuforge.errors import ConfigError, SelectorError
+from gpuforge.image import compat
+from gpuforge.plan import grammar, selectors
+from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
+from gpuforge.plan.schema import field as field_name
+from gpuforge.plan.yamlpos import Positioned, load
+
+DEFAULT_MATRIX = Path("matrix.yaml")
+MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is expanded
+_ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One image to build: its axes, resolved settings and every version it must contain."""
+
+    id: str
+    torch: str
+    cuda: str
+    python: str
+    os: str
+    flavor: str
+    source: str
+    base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
+    bootstrap: dict | None  # {suite, mirror, variant} when the base is bootstrapped
+    settings: Settings = field(hash=False, compare=False)
+    variant: compat.Variant = field(hash=False, compare=False)
+    tags: tuple[str, ...]  # full references: registry/repository:tag
+    aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
+    registry: str
+    repository: str
+
+    @property
+    def image_name(self) -> str:
+        return f"{self.registry}/{self.repository}" if self.registry else self.repository
+
+    @property
+    def tag(self) -> str:
+        return self.tags[0].rsplit(":", 1)[1]
+
+    @property
+    def index_url(self) -> str:
+        """Where torch comes from: cuda-base images use the PyTorch index of their CUDA; wheels images
+        use PyPI when PyPI's default wheel is that CUDA variant, the PyTorch index otherwise."""
+        if self.settings.index_url:
+            return self.settings.index_url
+        if self.source == "wheels" and self.variant.on_pypi:
+            return self.settings.pypi_url
+        return self.variant.index_url
+
+    def axes(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in AXES}
+
+    def expected(self) -> dict:
+        """What the validators expect inside the image; the one place tests get versions from."""
+        v = self.variant
+        return {
+            "id": self.id,
+            "torch": v.torch_local_version,
+            "cuda": v.cuda,
+            "cudnn": v.cudnn,
+            "nccl": v.nccl,
+            "triton": v.triton,
+            "torchvision": v.torchvision,
+            "torchaudio": v.torchaudio,
+            "python": self.python,
+            "flavor": self.flavor,
+            "source": self.source,
+            "os": self.os,
+            "user": self.settings.user,
+            "uid": self.settings.uid,
+            "size_budget_gb": self.settings.size_budget_gb,
+            "arch_list": list(v.arch_list),
+            "ptx": list(v.ptx),
+        }
+
+    def expected_json(self) -> str:
+        """expected() as the target.json that images carry and validators read."""
+        return json.dumps(self.expected(), indent=2, sort_keys=True) + "\n"
+
+    def recipe_hash(self, context_files: dict[str, bytes] | None = None) -> str:
+        """Hash of everything that decides the image's bytes (the rendered context, when given)."""
+        h = hashlib.sha256(json.dumps(self.expected(), sort_keys=True).encode())
+        h.update(self.base_image.encode())
+        for name in sorted(context_files or {}):
+            h.update(name.encode() + b"\0" + context_files[name])
+        return h.hexdigest()[:16]
+
+
+def target_id(torch: str, cuda: str, python: str, os_name: str, flavor: str, source: str) -> str:
+    """Flat id with one grammar, usable as a tag: pt271-cu126-py311-debian12-runtime-wheels."""
+    return "-".join([
+        "pt" + torch.replace(".", ""),
+        compat.cuda_variant_name(cuda),
+        "py" + python.replace(".", ""),
+        os_name.replace(".", ""),
+        flavor,
+        source.replace("-", ""),
+    ])
+
+
+def bootstrap_tag(os_name: str, boot: dict) -> str:
+    digest = hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()[:12]
+    return f"gpuforge/base:{os_name.replace('.', '')}-{boot['suite']}-{digest}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    path: Path
+    spec: MatrixFile
+    targets: tuple[Target, ...]
+    doc: Positioned = field(repr=False)
+
+    def select(self, sels: list[str] | None) -> list[Target]:
+        """The targets selectors pick; none given -> the matrix's default selection."""
+        if not sels:
+            chosen = selectors.select(self.targets, self.spec.default)
+            if not chosen:
+                msg = f"{self.doc.where(('default',))}: default: selects no target"
+                raise SelectorError(msg)
+            return chosen
+        return selectors.select(self.targets, sels)
+
+    def by_id(self, target_id: str) -> Target:
+        for t in self.targets:
+            if t.id == target_id:
+                return t
+        ids = [t.id for t in self.targets]
+        msg = f"unknown target {target_id!r}{grammar.nearest(target_id, ids)} (run `gpuforge plan` to list the {len(ids)})"
+        raise SelectorError(msg)
+
+
+class Problems:
+    """Problems found in one matrix file, grouped: one line per (value, message), counting targets."""
+
+    def __init__(self, doc: Positioned):
+        self.doc = doc
+        self._items: dict[tuple, tuple[str, list[str]]] = {}
+
+    def add(self, loc: tuple, message: str, target: str | None = None, *, key: object = None) -> None:
+        """`key` groups messages that differ per target (a rendered tag) as one problem of that value."""
+        _, ids = self._items.setdefault((tuple(loc), key or message), (message, []))
+        if target:
+            ids.append(target)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def check(self) -> None:
+        if not self._items:
+            return
+        lines = []
+        for (loc, _), (message, ids) in self._items.items():
+            who = f" ({len(ids)} targets, e.g. {ids[0]})" if len(ids) > 1 else f" (target {ids[0]})" if ids else ""
+            lines.append((self.doc.line(loc), f"{self.doc.where(loc)}: {field_name(loc)}: {message}{who}"))
+        raise ConfigError(report([text for _, text in sorted(lines, key=lambda x: x[0])]))
+
+
+@dataclass
+class _Row:
+    values: dict  # axis -> value, plus the settings of include entries merged in
+    locs: dict  # axis -> loc of the value that set it
+    origin: tuple  # ("matrix",) or ("matrix", "include", i)
+    includes: list = field(default_factory=list)  # indexes of include entries merged into a product row
+
+
+def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row] | None:
+    """Rows of axis values (GitHub Actions semantics: exclude, then include), each knowing its locs."""
+    ax = spec.matrix
+    axes = [k for k in AXES if getattr(ax, k)]
+    values = {}
+    for k in axes:  # a value listed twice would make every combination with it twice
+        first: dict[str, int] = {}
+        for i, v in enumerate(getattr(ax, k)):
+            if v in first:
+                problems.add(("matrix", k, i), f'"{v}" is listed twice (also item {first[v]}); each value may appear once')
+            first.setdefault(v, i)
+        values[k] = [(i, v) for v, i in first.items()]
+    count = math.prod(len(values[k]) for k in axes) if axes else 0
+    if count > MAX_TARGETS:
+        sizes = " x ".join(f"{len(values[k])} {k}" for k in axes)
+        problems.add(("matrix",), f"the axes multiply to {count:,} combinations ({sizes}); at most {MAX_TARGETS:,} are allowed")
+        return None
+    originals: list[_Row] = []
+    if axes:
+        for picks in itertools.product(*(values[k] for k in axes)):
+            originals.append(_Row({k: v for k, (_, v) in zip(axes, picks, strict=True)},
+                                  {k: ("matrix", k, i) for k, (i, _) in zip(axes, picks, strict=True)}, ("matrix",)))
+    index: dict[tuple, dict[tuple, list[_Row]]] = {}
+
+    def matching(entry: dict) -> list[_Row]:
+        """Product rows whose values equal `entry`'s on the keys they share (indexed once per key set)."""
+        keys = tuple(k for k in axes if k in entry)
+        if keys not in index:
+            index[keys] = {}
+            for r in originals:
+                index[keys].setdefault(tuple(r.values[k] for k in keys), []).append(r)
+        return index[keys].get(tuple(entry[k] for k in keys), [])
+
+    removed: set[int] = set()
+    for i, ex in enumerate(ax.exclude):
+        given = ex.model_dump(exclude_unset=True)
+        hit = [r for r in matching(given) if set(given) <= set(axes)] if given else []
+        if not hit:
+            problems.add(("matrix", "exclude", i), f"{_show(given)} excludes nothing (check the values)")
+        removed.update(id(r) for r in hit)
+    rows = [r for r in originals if id(r) not in removed]
+    if removed:
+        index.clear()
+        originals = rows
+    for i, inc in enumerate(ax.include):
+        given = inc.given()
+        loc = ("matrix", "include", i)
+        # GitHub Actions: merge into every *original* combination whose original values it does not
+        # overwrite; combinations that earlier includes added are never merged into.
+        merged = matching(given)
+        for r in merged:
+            for k, v in given.items():
+                if k not in axes:
+                    r.values[k] = v
+                    if k in AXES:
+                        r.locs[k] = (*loc, k)
+            r.includes.append(i)
+        if not merged:
+            rows.append(_Row(dict(given), {k: (*loc, k) for k in given if k in AXES}, loc, [i]))
+    out = []
+    for r in rows:
+        missing = [k for k in AXES if k not in r.values]
+        if missing:
+            problems.add(r.origin, f"the combination {_show(r.values)} has no {', '.join(missing)} "
+                                   f"(every target needs: {', '.join(AXES)})")
+            continue
+        out.append(r)
+    return out
+
+
+def _show(values: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in values.items() if k in AXES) + "}"
+
+
+# Which axis value each of compat.problems' reasons is about (so the error points at that value).
+_BLAME = (("is not a known release", "torch"), ("publishes no CUDA", "cuda"), ("does not support python", "python"),
+          ("unknown os", "os"), ("ships python", "python"), ("no nvidia/cuda base image", "cuda"), ("nvidia/cuda", "os"))
+
+
+def _blame(row: _Row, problem: str) -> tuple[tuple, str]:
+    """(loc of the axis value the problem is about, the problem with a nearest allowed value for typos)."""
+    axis = next((a for text, a in _BLAME if text in problem), None)
+    allowed = re.search(r"\(allowed: ([^)]*)\)", problem)
+    if axis and allowed:
+        problem += grammar.nearest(row.values[axis], allowed.group(1).split(", "))
+    return (row.locs.get(axis, row.origin) if axis else row.origin), problem
+
+
+class _Resolver:
+    """Settings per target: defaults -> overrides whose `select` matches -> include entries. Resolved once
+    per distinct combination of sources, remembering which source set each key (for error lines)."""
+
+    def __init__(self, spec: MatrixFile, doc: Positioned, problems: Problems):
+        self.spec, self.problems = spec, problems
+        self.hits = [0] * len(spec.overrides)
+        self.cache: dict[tuple, tuple[Settings, dict]] = {}
+        self.compiled = []
+        for i, ov in enumerate(spec.overrides):
+            try:
+                self.compiled.append(selectors.compile(ov.select.split()))
+            except SelectorError as e:
+                problems.add(("overrides", i, "select"), str(e))
+                self.compiled.append(None)
+
+    def overrides_for(self, row: _Row, tid: str) -> tuple[int, ...]:
+        """Indexes of the overrides whose `select` matches this row (counted, for overrides matching nothing)."""
+        probe = SimpleNamespace(id=tid, **{k: row.values[k] for k in AXES})  # what selectors read
+        hits = tuple(i for i, c in enumerate(self.compiled) if c is not None and selectors.hit(probe, c))
+        for i in hits:
+            self.hits[i] += 1
+        return hits
+
+    def resolve(self, row: _Row, hits: tuple[int, ...]) -> tuple[Settings, dict]:
+        key = (hits, tuple(row.includes))
+        if key not in self.cache:
+            values = self.spec.defaults.model_dump()
+            source = dict.fromkeys(values, ("defaults",))
+            for i in hits:
+                ov = self.spec.overrides[i].model_dump(exclude_unset=True, exclude={"select"})
+                values.update(ov)
+                source.update(dict.fromkeys(ov, ("overrides", i)))
+            for i in row.includes:
+                own = {k: v for k, v in self.spec.matrix.include[i].given().items() if k in SETTING_KEYS}
+                values.update(own)
+                source.update({k: ("matrix", "include", i, k) for k in own})
+            self.cache[key] = (Settings.model_validate(values, strict=False), source)
+        return self.cache[key]
+
+    def unused(self) -> None:
+        for i, n in enumerate(self.hits):
+            if n == 0 and self.compiled[i] is not None:
+                self.problems.add(("overrides", i, "select"), f"{self.spec.overrides[i].select!r} matches no target "
+                                                              "(an override that applies nowhere is a mistake, like an exclude)")
+
+
+def _check_bases(spec: MatrixFile, problems: Problems) -> None:
+    """Bases make sense: a known os; debootstrap only for Debian, of that os's own suite; a pulled image of
+    the os's own family and version when it names one of the known OS images."""
+    for name, base in spec.bases.items():
+        info = compat.os_info(name)
+        if info is None:
+            problems.add(("bases", name), f"unknown os {name!r} (allowed: {', '.join(compat.os_names())})"
+                                          f"{grammar.nearest(name, compat.os_names())}")
+            continue
+        if base.bootstrap:
+            if info["family"] != "debian":
+                problems.add(("bases", name, "bootstrap"), f"debootstrap bases are for Debian; use `image:` for {name}")
+            elif base.bootstrap.suite != info["codename"]:
+                problems.add(("bases", name, "bootstrap", "suite"),
+                             f"suite {base.bootstrap.suite!r} is not {name}'s ({info['codename']}): another suite is "
+                             f"another OS with another Python than {name} promises (allowed: {info['codename']})")
+            continue
+        family = {i["family"] for i in (compat.os_info(o) for o in compat.os_names())}
+        image_name, tag = grammar.split_reference(base.image)
+        version = info["image"].rsplit(":", 1)[-1]
+        if image_name in family and image_name != info["family"]:
+            problems.add(("bases", name, "image"), f"{base.image!r} is {image_name}, not {info['family']} ({name})")
+        elif image_name == info["family"] and tag and not _tag_is(tag, version, info["codename"]):
+            problems.add(("bases", name, "image"),
+                         f"{base.image!r} is not {name}: its tag should start with {version} or {info['codename']}")
+
+
+def _tag_is(tag: str, version: str, codename: str) -> bool:
+    return any(tag == v or tag.startswith((f"{v}-", f"{v}.")) for v in (version, codename))
+
+
+def _check_extra_ca(spec: MatrixFile, path: Path, problems: Problems) -> None:
+    """extra_ca is resolved against the matrix file's folder (as gpuforge.options does) and must be PEM."""
+    if not spec.extra_ca:
+        return
+    f = Path(spec.extra_ca) if Path(spec.extra_ca).is_absolute() else path.parent / spec.extra_ca
+    try:
+        head = f.read_bytes()[: 1 << 20] if f.is_file() else None
+    except OSError as e:
+        head, why = None, e.strerror
+    else:
+        why = "no such file"
+    if head is None:
+        problems.add(("extra_ca",), f"{f}: {why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
+    elif b"-----BEGIN CERTIFICATE-----" not in head:
+        problems.add(("extra_ca",), f"{f}: not a PEM bundle (no -----BEGIN CERTIFICATE----- line)")
+
+
+def _pip_pin_conflicts(settings: Settings, source: dict, variant: compat.Variant) -> list[tuple[tuple, str]]:
+    """pip_packages may not move a CUDA wheel that the target's constraints pin (pip would fail at build)."""
+    pins = {canonicalize_name(k): (k, v) for k, v in variant.nvidia_pins.items()}
+    out = []
+    for i, text in enumerate(settings.pip_packages):
+        req = grammar.pip_requirement(text)
+        pin = pins.get(canonicalize_name(req.name))
+        if pin and not req.specifier.contains(pin[1], prereleases=True):
+            loc = source.get("pip_packages", ("defaults",))
+            out.append(((*loc, "pip_packages", i) if loc[-1] != "pip_packages" else (*loc, i),
+                        f"{text!r} conflicts with {pin[0]}=={pin[1]}, which torch {variant.torch} {variant.name} pins"))
+    return out
+
+
+def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
+    doc = load(path)
+    spec = parse(doc)
+    problems = Problems(doc)
+    _check_bases(spec, problems)
+    _check_extra_ca(spec, path, problems)
+    image_name = f"{spec.registry}/{spec.repository}" if spec.registry else spec.repository
+    if len(image_name) > grammar.NAME_MAX:
+        problems.add(("repository",), f"{image_name!r} (registry/repository) is longer than {grammar.NAME_MAX} characters")
+    resolver = _Resolver(spec, doc, problems)
+    rows = _expand(spec, doc, problems)  # None: too many to expand
+    targets: list[Target] = []
+    seen: dict[str, tuple] = {}
+    variants: dict[tuple, compat.Variant | None] = {}
+    pin_conflicts: dict[tuple, list] = {}
+    for row in rows or ():
+        axes = {k: row.values[k] for k in AXES}
+        tid = target_id(**{("os_name" if k == "os" else k): v for k, v in axes.items()})
+        if tid in seen:
+            problems.add(row.origin, f"duplicate target id {tid} (first defined at line {doc.line(seen[tid])}); "
+                                     "each combination may appear once")
+            continue
+        seen[tid] = row.origin
+        hits = resolver.overrides_for(row, tid)
+        found = compat.problems(torch=axes["torch"], cuda=axes["cuda"], python=axes["python"], os_name=axes["os"],
+                                source=axes["source"], flavor=axes["flavor"], cuda_base_template=spec.cuda_base_image)
+        for p in found:
+            problems.add(*_blame(row, p), tid)
+        if found:
+            continue
+        settings, source = resolver.resolve(row, hits)
+        key = (axes["torch"], axes["cuda"])
+        if key not in variants:
+            variants[key] = compat.variant(*key)
+        variant = variants[key]
+        if (id(settings), key) not in pin_conflicts:  # once per distinct settings and torch variant
+            pin_conflicts[id(settings), key] = _pip_pin_conflicts(settings, source, variant)
+        for loc, message in pin_conflicts[id(settings), key]:
+            problems.add(loc, message, tid, key="pin")
+        base_image, boot = _base_for(spec, row, problems, tid)
+        fmt = {**axes, "id": tid, "cuda_tag": compat.cuda_variant_name(axes["cuda"])}
+        tag = spec.tag_template.format(**fmt)
+        try:
+            grammar.tag(tag, room=_ENV_SUFFIX)
+        except ValueError as e:
+            problems.add(("tag_template",), f"renders {e}", tid, key="renders")
+        aliases = {}
+        for env, lst in settings.aliases.items():
+            aliases[env] = tuple(a.format(**fmt, env=env) for a in lst)
+            for j, a in enumerate(aliases[env]):
+                try:
+                    grammar.tag(a)
+                except ValueError as e:
+                    loc = source.get("aliases", ("defaults",))
+                    problems.add((*loc, "aliases", env, j) if loc[-1] != "aliases" else (*loc, env, j),
+                                 f"{lst[j]!r} renders {e}", tid, key="renders")
+        targets.append(Target(
+            id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
+            tags=(f"{image_name}:{tag}",), aliases=aliases, registry=spec.registry, repository=spec.repository,
+        ))
+    if rows is not None:
+        resolver.unused()
+    if not problems:
+        _check_unique_tags(targets, problems)
+        try:
+            selectors.select(targets, spec.default)
+        except SelectorError as e:
+            problems.add(("default",), str(e))
+    problems.check()
+    return Matrix(path=path, spec=spec, targets=tuple(targets), doc=doc)
+
+
+def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tuple[str, dict | None]:
+    os_name = row.values["os"]
+    if row.values["source"] == "cuda-base":
+        ref, _ = compat.cuda_image(row.values["cuda"], row.values["flavor"], os_name, spec.cuda_base_image)
+        try:
+            grammar.image_reference(ref or "", pinned=True)
+        except ValueError as e:
+            problems.add(("cuda_base_image",), f"renders {e}", tid, key="renders")
+        return ref or "", None
+    base = spec.bases.get(os_name)
+    if base is None:
+        info = compat.os_info(os_name)
+        return (info["image"] if info else ""), None
+    if base.bootstrap:
+        boot = base.bootstrap.model_dump()
+        return bootstrap_tag(os_name, boot), boot
+    return base.image, None
+
+
+def _check_unique_tags(targets: list[Target], problems: Problems) -> None:
+    """Every tag names one target: build tags, aliases, and the `{tag}-{env}` tags promotion adds."""
+    owner: dict[str, str] = {}
+    for t in targets:
+        names = [t.tag, *(f"{t.tag}-{e}" for e in ENVS), *(a for lst in t.aliases.values() for a in lst)]
+        for n in dict.fromkeys(names):
+            if owner.setdefault(n, t.id) != t.id:
+                problems.add(("tag_template",), f"tag {n!r} would name both {owner[n]} and {t.id}; make "
+                                                "tag_template/aliases include the axes that differ")

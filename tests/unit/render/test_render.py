@@ -1,0 +1,126 @@
+"""Rendering: deterministic, committed output current, drift detected, Dockerfiles carry what users rely on."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gpuforge import paths
+from gpuforge.cli import main
+from gpuforge.errors import ConfigError
+from gpuforge.plan.matrix import load_matrix
+from gpuforge.render import dockerfile as render
+
+FLEET = load_matrix().targets
+
+
+def test_rendering_is_deterministic():
+    for t in FLEET:
+        assert render.render_target(t) == render.render_target(t)
+
+
+def test_committed_dist_is_current():
+    assert render.stale(list(FLEET)) == []
+
+
+def test_check_names_stale_missing_and_extra_files(tmp_path):
+    dist = tmp_path / "dist"
+    t = FLEET[0]
+    render.write(t, dist)
+    assert render.stale([t], dist) == []
+    (dist / t.id / "Dockerfile").write_text("FROM scratch\n")
+    (dist / t.id / "target.json").unlink()
+    (dist / t.id / "leftover.txt").write_text("x")
+    (dist / "gone-target").mkdir()
+    bad = render.stale([t], dist)
+    assert any(b.endswith(f"{t.id}/Dockerfile") for b in bad)
+    assert any(b.endswith(f"{t.id}/target.json") for b in bad)
+    assert any(b.endswith("leftover.txt") for b in bad)
+    assert any(b.endswith("gone-target") for b in bad)
+    with pytest.raises(ConfigError, match="stale; run `gpuforge generate`"):
+        render.check([t], dist)
+
+
+def test_generate_check_cli_fails_on_drift(capsys):
+    t = FLEET[0]
+    f = paths.dist() / t.id / "target.json"
+    saved = f.read_bytes()
+    try:
+        f.write_bytes(saved + b"\n")
+        assert main(["generate", "--check"]) == 2
+        assert f"{t.id}/target.json" in capsys.readouterr().err
+    finally:
+        f.write_bytes(saved)
+    assert main(["generate", "--check"]) == 0
+
+
+@pytest.mark.parametrize("t", FLEET, ids=[t.id for t in FLEET])
+def test_dockerfile_contents(t):
+    df = render.render_target(t)["Dockerfile"].decode()
+    v = t.variant
+    assert "# syntax=" not in df
+    assert f"FROM {t.base_image}\n" in df
+    for pin in (f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}", f"triton=={v.triton}"):
+        assert pin in df
+    assert "--mount=type=cache,target=/var/cache/apt" in df and "--mount=type=cache,target=/root/.cache/pip" in df
+    assert "--mount=type=secret,id=ca" in df and "COPY ca" not in df.lower().replace("copy constraints", "")
+    assert "--no-install-recommends" in df
+    for pkg in ("gcc", "g++", "python3-dev", "openssh-server", "tini"):
+        assert f"        {pkg} \\" in df
+    assert f"USER {t.settings.uid}\n" in df and t.settings.uid != 0
+    assert 'ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/gpuforge-entrypoint"]' in df
+    assert "EXPOSE 22 8888" in df
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in df and "NVIDIA_VISIBLE_DEVICES=all" in df
+    assert (f'NVIDIA_REQUIRE_CUDA="cuda>={v.cuda}"' in df) == (t.source == "wheels")  # cuda-base inherits NVIDIA's
+    assert f'io.gpuforge.torch="{v.torch_local_version}"' in df and f'io.gpuforge.cudnn="{v.cudnn}"' in df
+    assert f"ARG TORCH_INDEX_URL={t.index_url}" in df
+    if t.flavor == "devel":
+        assert "        build-essential \\" in df
+
+
+def test_dist_holds_only_per_target_files():
+    for t in FLEET:
+        assert sorted(render.render_target(t)) == sorted(render.PER_TARGET)
+        assert sorted(p.name for p in (paths.dist() / t.id).iterdir()) == sorted(render.PER_TARGET)
+
+
+def test_every_copy_source_is_in_the_one_context():
+    """Each COPY names a path the root .dockerignore lets through: the shared context or the target's own files."""
+    allowed = (*paths.CONTEXT_PATHS, "images/dist/")
+    for t in FLEET:
+        df = render.render_target(t)["Dockerfile"].decode()
+        sources = [line.split()[1] for line in df.splitlines() if line.startswith("COPY ")]
+        assert "gpuforge/image" in sources and "images/programs" in sources
+        for src in sources:
+            assert src.startswith(allowed), src
+            assert (paths.project_root() / src).exists(), src
+            if src.startswith("images/dist/"):
+                assert src.startswith(f"images/dist/{t.id}/"), src
+
+
+def test_dockerignore_whitelists_the_context():
+    text = (paths.project_root() / ".dockerignore").read_text()
+    assert text == render.dockerignore()
+    lines = text.splitlines()
+    assert "*" in lines and lines.index("*") < lines.index("!gpuforge/image")
+    assert "**/__pycache__" in lines
+
+
+def test_recipe_hash_covers_the_shared_context(tmp_path):
+    t = FLEET[0]
+    ctx = render.copy_context(tmp_path / "ctx")
+    before = render.recipe_hash(t, ctx)
+    assert before == render.recipe_hash(t)  # the copy is the same context
+    with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
+        f.write("# changed\n")
+    assert render.recipe_hash(t, ctx) != before
+
+
+def test_generate_removes_targets_that_left_the_matrix(tmp_path, monkeypatch):
+    dist = tmp_path / "dist"
+    shutil.copytree(paths.dist(), dist)
+    (dist / "pt000-old-target").mkdir()
+    monkeypatch.setattr(paths, "dist", lambda: dist)
+    assert main(["generate"]) == 0
+    assert not (dist / "pt000-old-target").exists()
