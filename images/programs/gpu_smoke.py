@@ -458,11 +458,11 @@ print(json.dumps({"rel_err": err, "shape": list(got.shape), "import_s": round(t1
 AOTI_FAST_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.compile_wrapper_opt_level": "O0"}
 
 
-def aoti_build_configs() -> dict:
+def aoti_build_configs(settings: dict = AOTI_FAST_BUILD) -> dict:
     from torch._inductor import config
 
     out = {}
-    for key, value in AOTI_FAST_BUILD.items():
+    for key, value in settings.items():
         section, _, name = key.partition(".")
         if hasattr(getattr(config, section, None), name):
             out[key] = value

@@ -86,11 +86,13 @@ def test_a_raising_check_is_recorded_and_the_rest_still_run():
     log = Log()
 
     def broken():
-        raise RuntimeError("cuBLAS said no")
+        msg = "cuBLAS said no"
+        raise RuntimeError(msg)
 
     def broken_after_quiet():
         yield gpu_smoke.QUIET
-        raise ValueError("timing went wrong")
+        msg = "timing went wrong"
+        raise ValueError(msg)
 
     checks = {**_checks(log), "matmul": broken, "fusion": broken_after_quiet}
     res = gpu_smoke.run_checks(["device", "matmul", "fusion", "compile_cache"], checks, serial=False, spawn=log.spawn)
