@@ -12,6 +12,7 @@
 #                            table (best of N + CV, claims) with both warm-start ways as fresh processes  (carry .whl)
 #   tools/gpu_run.sh ctr21   the CDI engine: smoke --image … --gpu-request cdi, then warm starts across two fresh
 #                            containers sharing a volume: AOTInductor package, then artifacts file  (carry .whl .device)
+#   tools/gpu_run.sh perf21  the perf table alone (no warm starts), 5 trials;  ctr21+perf21: both in one call
 # Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
 # engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
 set -u
@@ -161,7 +162,7 @@ bare21_run() {
     env -u PYTHONPATH python3 images/programs/gpu_smoke.py --serial --only aoti 2>&1 | grep -v -i warn | tail -3 | cut -c1-2500 \
         | tee "$OUT/aoti-nopythonpath.txt"
     t "perf table + warm starts (fresh processes)"
-    python3 images/programs/perf_table.py --json "$OUT/perf-21.json" --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -60
+    python3 images/programs/perf_table.py ${PERF_ARGS:-} --json "$OUT/perf-21.json" --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -60
     t finished
 }
 
@@ -197,6 +198,9 @@ case "${1:-}" in
     cdi) cdi_run ;;
     warm) warm_run ;;
     bare21) bare21_run ;;
+    perf21) t "perf table"; python3 images/programs/perf_table.py --no-warm-start --trials 5 --json "$OUT/perf-21.json" \
+                --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -40 ;;
+    ctr21+perf21) ctr21_run; "$0" perf21 ;;
     ctr21) ctr21_run ;;
-    *) echo "usage: tools/gpu_run.sh local|cdi|warm|bare21|ctr21" >&2; exit 64 ;;
+    *) echo "usage: tools/gpu_run.sh local|cdi|warm|bare21|ctr21|perf21|ctr21+perf21" >&2; exit 64 ;;
 esac

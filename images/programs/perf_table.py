@@ -119,6 +119,11 @@ def measure(name: str, make_step, iters: int, trials: int) -> list[dict]:
         for _ in range(3):
             step()
         torch.cuda.synchronize()
+        # the steady-state peak of one step (weights, optimizer state and activations of this mode), not the
+        # first call's: that one holds cuDNN's benchmark workspaces and, compiled, the compile's own tensors
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
         rows[mode] = {"workload": name, "mode": mode, "kernels": count_kernels(step),
                       "peak_mem_mib": round((torch.cuda.max_memory_allocated() - base) / 2**20, 1),
                       "compile_s": round(first_s, 2) if mode == "compiled" else 0.0}
