@@ -12,6 +12,7 @@
 #                            table (best of N + CV, claims) with both warm-start ways as fresh processes  (carry .whl)
 #   tools/gpu_run.sh ctr21   the CDI engine: smoke --image … --gpu-request cdi, then warm starts across two fresh
 #                            containers sharing a volume: AOTInductor package, then artifacts file  (carry .whl .device)
+#                            (GPUFORGE_SKIP_WARM=1: the smoke only; WARM_WAYS="aot": one way only)
 #   tools/gpu_run.sh perf21  the perf table alone (no warm starts), 5 trials;  ctr21+perf21: both in one call
 # Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
 # engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
@@ -173,9 +174,10 @@ ctr21_run() {
     $G smoke --image $IMG --gpu-request cdi "${EXPECT[@]}" --reports /tmp/rc 2>&1 | tee "$OUT/smoke-cdi.log"
     echo "rc=${PIPESTATUS[0]} wall_ms=$(( ($(date +%s%N) - s) / 1000000 ))" | tee -a "$OUT/smoke-cdi.log"
     cp /tmp/rc/smoke/*.json "$OUT/smoke-cdi.json"
+    [ "${GPUFORGE_SKIP_WARM:-}" = 1 ] && { t finished; return; }
     R=(docker run --rm --network none --device nvidia.com/gpu=all --shm-size 2g)
     {
-        for how in aot artifacts; do
+        for how in ${WARM_WAYS:-aot artifacts}; do
             rm -rf /tmp/wvol; mkdir -p /tmp/wvol; chmod 777 /tmp/wvol
             if [ $how = aot ]; then
                 E=(-e GPUFORGE_AOT_PACKAGE=/cache/resnet50.pt2 -e GPUFORGE_AOT_MODEL=warm_start:resnet50_bs1_model)
