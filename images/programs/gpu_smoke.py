@@ -454,8 +454,23 @@ print(json.dumps({"rel_err": err, "shape": list(got.shape), "import_s": round(t1
 
 # What makes a one-off package build slow without changing what is built: AOTInductor precompiles its common
 # headers into a PCH (worth it only when the same cache builds many packages; every cold compile here starts
-# from an empty cache), and builds the wrapper at -O1. Applied where this torch has the setting.
-AOTI_FAST_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.compile_wrapper_opt_level": "O0"}
+# from an empty cache), and builds the wrapper at -O1. A package must hold its compiled .so: one with only
+# the .cpp and .o is compiled again by every aoti_load_package (AOTIModelPackageLoader's compile_so), which
+# would make a load as slow as a build. Applied where this torch has the setting.
+AOTI_FAST_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.compile_wrapper_opt_level": "O0",
+                   "aot_inductor.package_cpp_only": False}
+
+
+def package_contents(path: str) -> dict:
+    """How many files of each kind an AOTInductor package (.pt2, a zip) holds: {"so": 1, "cpp": 1, ...}."""
+    import zipfile
+
+    kinds: dict = {}
+    with zipfile.ZipFile(path) as z:
+        for name in z.namelist():
+            ext = os.path.splitext(name)[1].lstrip(".") or "(none)"
+            kinds[ext] = kinds.get(ext, 0) + 1
+    return dict(sorted(kinds.items()))
 
 
 def aoti_build_configs(settings: dict = AOTI_FAST_BUILD) -> dict:
@@ -498,8 +513,9 @@ def check_aoti() -> dict:
                     "compile_s": round(compile_s, 2)}
         child["exit"] = r.returncode  # a crash at interpreter exit after the result is recorded, not hidden
         size = os.path.getsize(path)
+        contents = package_contents(path)
     return {"ok": child["rel_err"] < TH["aoti_rel_err"], "rel_err": child["rel_err"], "limit": TH["aoti_rel_err"],
-            "loader_exit": child["exit"], "export_s": round(export_s, 2), "build_configs": configs,
+            "package_contents": contents, "loader_exit": child["exit"], "export_s": round(export_s, 2), "build_configs": configs,
             "compile_s": round(compile_s, 2), "load_run_s": round(time.perf_counter() - t0, 2), "package_bytes": size,
             "loader": {k: child[k] for k in ("import_s", "load_s", "run_s")}}
 

@@ -34,7 +34,8 @@ import time
 T_START = time.perf_counter()
 SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 AOT_FORMAT = 1  # bump when what the key covers changes: every older package is then rebuilt
-AOT_BUILD = {"aot_inductor.precompile_headers": False}  # a one-off build: a header PCH only costs time
+# a one-off build: a header PCH only costs time; the .so goes into the package (else every load compiles it)
+AOT_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.package_cpp_only": False}
 AOT_CALLS = 3
 
 
@@ -185,7 +186,7 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
 
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    from gpu_smoke import aoti_build_configs
+    from gpu_smoke import aoti_build_configs, package_contents
 
     t0 = time.perf_counter()
     built = f"{package}.build{os.getpid()}.pt2"
@@ -193,11 +194,13 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
         with torch.no_grad():
             ep = torch.export.export(model, tuple(inputs))
         torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
+        contents = package_contents(built)
         publish_package(package, built, facts)
     finally:
         if os.path.exists(built):
             os.unlink(built)
-    return {"aot_build_s": round(time.perf_counter() - t0, 3), "aot_package_bytes": os.path.getsize(package)}
+    return {"aot_build_s": round(time.perf_counter() - t0, 3), "aot_package_bytes": os.path.getsize(package),
+            "aot_package_contents": contents}
 
 
 def resolve(spec: str):

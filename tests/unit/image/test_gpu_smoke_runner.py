@@ -133,3 +133,14 @@ def test_an_isolated_check_runs_in_a_fresh_process_and_its_result_comes_back():
 def test_unknown_check_names_are_one_line_and_exit_64(args):
     r = _run(*args)
     assert r.returncode == 64 and "unknown check" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_package_contents_counts_kinds(tmp_path):
+    import zipfile
+
+    pkg = tmp_path / "m.pt2"
+    with zipfile.ZipFile(pkg, "w") as z:
+        for name in ("m/data/aotinductor/model/a.cpp", "m/data/aotinductor/model/a.o", "m/data/aotinductor/model/a.so",
+                     "m/data/aotinductor/model/k1.cubin", "m/data/aotinductor/model/k2.cubin", "m/version"):
+            z.writestr(name, b"x")
+    assert gpu_smoke.package_contents(str(pkg)) == {"(none)": 1, "cpp": 1, "cubin": 2, "o": 1, "so": 1}
