@@ -163,6 +163,7 @@ bare21_run() {
     env -u PYTHONPATH python3 images/programs/gpu_smoke.py --serial --only aoti 2>&1 | grep -v -i warn | tail -3 | cut -c1-2500 \
         | tee "$OUT/aoti-nopythonpath.txt"
     t "perf table + warm starts (fresh processes)"
+    # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
     python3 images/programs/perf_table.py ${PERF_ARGS:-} --json "$OUT/perf-21.json" --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -60
     t finished
 }
@@ -179,7 +180,7 @@ ctr21_run() {
     {
         for how in ${WARM_WAYS:-aot artifacts}; do
             rm -rf /tmp/wvol; mkdir -p /tmp/wvol; chmod 777 /tmp/wvol
-            if [ $how = aot ]; then
+            if [ "$how" = aot ]; then
                 E=(-e GPUFORGE_AOT_PACKAGE=/cache/resnet50.pt2 -e GPUFORGE_AOT_MODEL=warm_start:resnet50_bs1_model)
             else
                 E=(-e GPUFORGE_CACHE_ARTIFACTS=/cache/artifacts.bin -e GPUFORGE_WARMUP=warm_start:resnet50_bs1)
