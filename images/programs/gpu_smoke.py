@@ -466,10 +466,14 @@ def package_contents(path: str) -> dict:
     import zipfile
 
     kinds: dict = {}
-    with zipfile.ZipFile(path) as z:
-        for name in z.namelist():
-            ext = os.path.splitext(name)[1].lstrip(".") or "(none)"
-            kinds[ext] = kinds.get(ext, 0) + 1
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile) as e:  # a record only: never the reason a build or check fails
+        return {"error": f"{type(e).__name__}: {e}"}
+    for name in names:
+        ext = os.path.splitext(name)[1].lstrip(".") or "(none)"
+        kinds[ext] = kinds.get(ext, 0) + 1
     return dict(sorted(kinds.items()))
 
 

@@ -144,3 +144,46 @@ def test_package_contents_counts_kinds(tmp_path):
                      "m/data/aotinductor/model/k1.cubin", "m/data/aotinductor/model/k2.cubin", "m/version"):
             z.writestr(name, b"x")
     assert gpu_smoke.package_contents(str(pkg)) == {"(none)": 1, "cpp": 1, "cubin": 2, "o": 1, "so": 1}
+    assert "error" in gpu_smoke.package_contents(str(tmp_path / "missing.pt2"))
+    (tmp_path / "not-a-zip.pt2").write_bytes(b"garbage")
+    assert "BadZipFile" in gpu_smoke.package_contents(str(tmp_path / "not-a-zip.pt2"))["error"]
+
+
+# A stand-in for the compile-cache child (no torch here): "compiles" into TORCHINDUCTOR_CACHE_DIR after the
+# parent's go, a hit when the entry is already there, and notes when it got the go and when it finished.
+_FAKE_COMPILE_CHILD = r"""
+import json, os, sys, time
+cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+open(os.path.join(cache, f"ready.{os.getpid()}"), "w").close()
+sys.stdin.readline()
+go = time.time()
+entry = os.path.join(cache, "fxgraph-block")
+hit = os.path.exists(entry)
+time.sleep(0.05 if hit else 0.4)
+if not hit:
+    open(entry, "w").close()
+print(json.dumps({"s": time.time() - go, "inductor": {"fxgraph_cache_hit" if hit else "fxgraph_cache_miss": 1},
+                  "aot": {}, "go": go, "end": time.time(), "ready": sorted(os.listdir(cache))}))
+"""
+
+
+def test_compile_cache_children_start_early_and_time_cold_then_warm(monkeypatch):
+    monkeypatch.setattr(gpu_smoke, "_COMPILE_CHILD", _FAKE_COMPILE_CHILD)
+    gen = gpu_smoke.check_compile_cache()
+    assert next(gen) is gpu_smoke.QUIET  # both children started; nothing timed yet
+    time.sleep(0.5)  # they start up meanwhile (here: mark themselves ready) and wait for the go
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    res = stop.value.value
+    assert res["warm_fxgraph_cache_hit"] == 1 and res["warm_fxgraph_cache_miss"] == 0
+    assert res["cold_counters"] == {"fxgraph_cache_miss": 1}
+    assert res["speedup"] > 3 and res["ok"] is True
+
+
+def test_compile_cache_reports_a_child_that_dies(monkeypatch):
+    monkeypatch.setattr(gpu_smoke, "_COMPILE_CHILD", "import sys; sys.exit('no CUDA here')")
+    gen = gpu_smoke.check_compile_cache()
+    next(gen)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value["ok"] is False and "no CUDA here" in stop.value.value["error"]
