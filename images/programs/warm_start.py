@@ -237,7 +237,12 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
                 torch.cuda.synchronize()
         rep["compile_calls_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
-    rep.update(build_package(package, model, inputs, facts))
+    try:
+        rep.update(build_package(package, model, inputs, facts))
+    except Exception as e:  # this start is served; a package that cannot be built must not stop the container
+        rep["aot_build_error"] = f"{type(e).__name__}: {str(e)[-500:]}"
+        print(f"gpuforge: warning: could not build AOTInductor package {package}: {rep['aot_build_error']}",
+              file=sys.stderr)
     return rep
 
 
