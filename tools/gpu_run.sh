@@ -7,6 +7,13 @@
 #                            and `gpuforge smoke --image … --gpu-request cdi`                     (carry .whl .device)
 #   tools/gpu_run.sh warm    the same engine: warm starts across two fresh containers (artifacts file, cache dir on a
 #                            volume), the C++ AOTInductor loader, the bare host's AOTInductor crash (carry .whl .device)
+# Issue #21 (docs/measurements/gpu-21.md):
+#   tools/gpu_run.sh bare21  smoke local:// (concurrent schedule), the AOTInductor loader without PYTHONPATH, the perf
+#                            table (best of N + CV, claims) with both warm-start ways as fresh processes  (carry .whl)
+#   tools/gpu_run.sh ctr21   the CDI engine: smoke --image … --gpu-request cdi, then warm starts across two fresh
+#                            containers sharing a volume: AOTInductor package, then artifacts file  (carry .whl .device)
+#                            (GPUFORGE_SKIP_WARM=1: the smoke only; WARM_WAYS="aot": one way only)
+#   tools/gpu_run.sh perf21  the perf table alone (no warm starts), 5 trials;  ctr21+perf21: both in one call
 # Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
 # engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
 set -u
@@ -144,9 +151,59 @@ warm_run() {
     t finished
 }
 
+bare21_run() {
+    t host; nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv | tee "$OUT/host.txt"
+    nproc >> "$OUT/host.txt"
+    t "smoke local:// (concurrent)"
+    s=$(date +%s%N)
+    $G smoke local:// "${EXPECT[@]}" --reports /tmp/r 2>&1 | tee "$OUT/smoke-local.log"
+    echo "rc=${PIPESTATUS[0]} wall_ms=$(( ($(date +%s%N) - s) / 1000000 ))" | tee -a "$OUT/smoke-local.log"
+    cp /tmp/r/smoke/*.json "$OUT/smoke-local.json"
+    t "AOTInductor alone, serial, PYTHONPATH unset (is the bare host's loader crash the carried wheels?)"
+    env -u PYTHONPATH python3 images/programs/gpu_smoke.py --serial --only aoti 2>&1 | grep -v -i warn | tail -3 | cut -c1-2500 \
+        | tee "$OUT/aoti-nopythonpath.txt"
+    t "perf table + warm starts (fresh processes)"
+    # shellcheck disable=SC2086  # PERF_ARGS is a list of flags
+    python3 images/programs/perf_table.py ${PERF_ARGS:-} --json "$OUT/perf-21.json" --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -60
+    t finished
+}
+
+ctr21_run() {
+    cdi_setup
+    t "gpuforge smoke --image $IMG --gpu-request cdi"
+    s=$(date +%s%N)
+    $G smoke --image $IMG --gpu-request cdi "${EXPECT[@]}" --reports /tmp/rc 2>&1 | tee "$OUT/smoke-cdi.log"
+    echo "rc=${PIPESTATUS[0]} wall_ms=$(( ($(date +%s%N) - s) / 1000000 ))" | tee -a "$OUT/smoke-cdi.log"
+    cp /tmp/rc/smoke/*.json "$OUT/smoke-cdi.json"
+    [ "${GPUFORGE_SKIP_WARM:-}" = 1 ] && { t finished; return; }
+    R=(docker run --rm --network none --device nvidia.com/gpu=all --shm-size 2g)
+    {
+        for how in ${WARM_WAYS:-aot artifacts}; do
+            rm -rf /tmp/wvol; mkdir -p /tmp/wvol; chmod 777 /tmp/wvol
+            if [ "$how" = aot ]; then
+                E=(-e GPUFORGE_AOT_PACKAGE=/cache/resnet50.pt2 -e GPUFORGE_AOT_MODEL=warm_start:resnet50_bs1_model)
+            else
+                E=(-e GPUFORGE_CACHE_ARTIFACTS=/cache/artifacts.bin -e GPUFORGE_WARMUP=warm_start:resnet50_bs1)
+            fi
+            for n in 1 2; do
+                s=$(date +%s%N)
+                "${R[@]}" -v /tmp/wvol:/cache "${E[@]}" $IMG true 2>&1 | grep -E '^\{|AOTInductor|error'
+                echo "container $how #$n: docker run wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
+            done
+            ls -la /tmp/wvol
+        done
+    } 2>&1 | tee "$OUT/warm-containers-21.txt"
+    t finished
+}
+
 case "${1:-}" in
     local) local_run ;;
     cdi) cdi_run ;;
     warm) warm_run ;;
-    *) echo "usage: tools/gpu_run.sh local|cdi|warm" >&2; exit 64 ;;
+    bare21) bare21_run ;;
+    perf21) t "perf table"; python3 images/programs/perf_table.py --no-warm-start --trials 5 --json "$OUT/perf-21.json" \
+                --md "$OUT/perf-21.md" 2>&1 | grep -v -i warn | tail -40 ;;
+    ctr21+perf21) ctr21_run; "$0" perf21 ;;
+    ctr21) ctr21_run ;;
+    *) echo "usage: tools/gpu_run.sh local|cdi|warm|bare21|ctr21|perf21|ctr21+perf21" >&2; exit 64 ;;
 esac

@@ -33,6 +33,7 @@ def smoke(host, programs, gpu, facts, thresholds, target):
     except (IndexError, json.JSONDecodeError):
         pytest.fail(f"the smoke program printed no report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
     facts["gpu_smoke"] = rep
+    facts["gpu_smoke_seconds"] = {"total": rep.get("seconds"), **{n: c.get("seconds") for n, c in rep["checks"].items()}}
     return rep["checks"]
 
 

@@ -49,12 +49,13 @@ start_jupyter() {
 
 # Warm starts (opt-in, images/programs/warm_start.py): Inductor's and Triton's caches on a volume
 # (GPUFORGE_COMPILE_CACHE=DIR), compile-cache artifacts loaded/saved (GPUFORGE_CACHE_ARTIFACTS=FILE), and a
-# user warm-up (GPUFORGE_WARMUP=module:function) run before the mode starts. A failed warm-up stops the container.
+# user warm-up (GPUFORGE_WARMUP=module:function) run before the mode starts, an AOTInductor package loaded or built
+# (GPUFORGE_AOT_PACKAGE=FILE of GPUFORGE_AOT_MODEL=module:function). A failed warm-up stops the container.
 warm_start() {
     if [ -n "${GPUFORGE_COMPILE_CACHE:-}" ]; then
         export TORCHINDUCTOR_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/inductor" TRITON_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/triton"
     fi
-    if [ -n "${GPUFORGE_WARMUP:-}${GPUFORGE_CACHE_ARTIFACTS:-}" ]; then
+    if [ -n "${GPUFORGE_WARMUP:-}${GPUFORGE_CACHE_ARTIFACTS:-}${GPUFORGE_AOT_PACKAGE:-}" ]; then
         /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" >&2
     fi
 }

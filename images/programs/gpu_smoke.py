@@ -4,7 +4,14 @@ Baked into every image (`docker run --gpus all --shm-size 2g IMAGE selftest`) an
 through testinfra's local:// backend. Each check records its figures and `ok`; a check that raises
 is recorded with its error, so one broken part never hides the others.
 
-  python gpu_smoke.py [--out FILE] [--only a,b] [--multi-gpu] [--thresholds JSON]
+  python gpu_smoke.py [--out FILE] [--only a,b] [--multi-gpu] [--thresholds JSON] [--serial] [--isolate a,b]
+
+Schedule (the whole suite in well under a minute on one GPU): the compile-heavy checks named by --isolate run
+each in a fresh process of their own (their own empty Inductor cache), concurrently with the rest, which run
+here one by one. A check whose figures are timings (fusion's bandwidth, the compile cache's cold/warm
+compile) does its set-up in that first phase, then `yield QUIET`; its timed part resumes only once every
+other check and process has finished, one at a time, so nothing concurrent perturbs its bar. --serial runs
+everything here, in order (the isolated children run so). Seconds are printed per check.
 
 The bars (error limits, ratios, speedups) come from the caller: the validator passes the host toolkit's
 values with --thresholds, so an image cannot lower its own bar. DEFAULTS only serve a bare `selftest`.
@@ -167,7 +174,7 @@ def fused(x):
     return torch.relu(x + 1) * 0.5
 
 
-def check_fusion() -> dict:
+def check_fusion():
     """relu(x + 1) * 0.5: eager 3 kernels, compiled exactly 1, equal results, near copy bandwidth."""
     import torch
 
@@ -179,6 +186,7 @@ def check_fusion() -> dict:
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     eager_k, compiled_k = count_kernels(lambda: fused(x)), count_kernels(lambda: cf(x))
+    yield QUIET  # the bandwidth bar: timed only on an otherwise idle GPU
     y = torch.empty_like(x)
     copy_ms = _time_cuda(lambda: y.copy_(x), iters=30)
     eager_ms = _time_cuda(lambda: fused(x), iters=30)
@@ -246,7 +254,9 @@ def check_amp_training() -> dict:
 _COMPILE_CHILD = """
 import json, time, torch
 from torch._dynamo.utils import counters
+import sys
 torch.compile(lambda t: t * 3 - 1)(torch.randn(64, device="cuda")); torch.cuda.synchronize()
+sys.stdin.readline()  # the parent says when: the timed compile runs on an otherwise idle machine
 def block(x, w, b):
     h = torch.nn.functional.layer_norm(x, (x.shape[-1],))
     a = torch.softmax(h @ h.transpose(-1, -2) / 32.0, dim=-1) @ h
@@ -261,18 +271,31 @@ print(json.dumps({"s": s, "inductor": delta, "aot": {k: v for k, v in counters["
 """
 
 
-def check_compile_cache() -> dict:
-    """Two fresh processes sharing TORCHINDUCTOR_CACHE_DIR: the warm one must hit the FX graph cache and
-    compile the block at least `compile_cache_min_speedup` times faster than the cold one."""
+def check_compile_cache():
+    """Two fresh processes sharing a fresh TORCHINDUCTOR_CACHE_DIR: the warm one must hit the FX graph cache and
+    compile the block at least `compile_cache_min_speedup` times faster than the cold one.
+
+    Both start at once and pay their start-up (imports, CUDA, compile workers) concurrently with other checks;
+    each then waits on stdin. In the quiet phase the cold one compiles the block into the empty cache, and only
+    after it has exited does the warm one compile it."""
     with tempfile.TemporaryDirectory(prefix="gpuforge-cache-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         env.pop("TRITON_CACHE_DIR", None)
-        runs = []
-        for _ in range(2):
-            r = subprocess.run([sys.executable, "-c", _COMPILE_CHILD], env=env, capture_output=True, text=True, timeout=600)
-            if r.returncode != 0:
-                return {"ok": False, "error": r.stderr[-2000:]}
-            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_CHILD], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            yield QUIET
+            runs = []
+            for p in procs:
+                out, err = p.communicate("go\n", timeout=600)
+                if p.returncode != 0:
+                    return {"ok": False, "error": err[-2000:]}
+                runs.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     cold, warm = runs
     speedup = cold["s"] / max(warm["s"], 1e-9)
     hits, misses = warm["inductor"].get("fxgraph_cache_hit", 0), warm["inductor"].get("fxgraph_cache_miss", 0)
@@ -413,33 +436,75 @@ def check_nvrtc() -> dict:
 
 
 _AOTI_CHILD = """
-import json, sys, torch
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
 pkg, data = sys.argv[1], torch.load(sys.argv[2])
 runner = torch._inductor.aoti_load_package(pkg)
+t2 = time.perf_counter()
 with torch.no_grad():
     got = runner(data["x"].cuda())
 got = got[0] if isinstance(got, (list, tuple)) else got
+torch.cuda.synchronize()
 err = float((got.double().cpu() - data["ref"].double()).norm() / data["ref"].double().norm())
-print(json.dumps({"rel_err": err, "shape": list(got.shape)}))
+print(json.dumps({"rel_err": err, "shape": list(got.shape), "import_s": round(t1 - t0, 2),
+                  "load_s": round(t2 - t1, 2), "run_s": round(time.perf_counter() - t2, 2)}))
 """
+
+# What makes a one-off package build slow without changing what is built: AOTInductor precompiles its common
+# headers into a PCH (worth it only when the same cache builds many packages; every cold compile here starts
+# from an empty cache), and builds the wrapper at -O1. A package must hold its compiled .so: one with only
+# the .cpp and .o is compiled again by every aoti_load_package (AOTIModelPackageLoader's compile_so), which
+# would make a load as slow as a build. Applied where this torch has the setting.
+AOTI_FAST_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.compile_wrapper_opt_level": "O0",
+                   "aot_inductor.package_cpp_only": False}
+
+
+def package_contents(path: str) -> dict:
+    """How many files of each kind an AOTInductor package (.pt2, a zip) holds: {"so": 1, "cpp": 1, ...}."""
+    import zipfile
+
+    kinds: dict = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (OSError, zipfile.BadZipFile) as e:  # a record only: never the reason a build or check fails
+        return {"error": f"{type(e).__name__}: {e}"}
+    for name in names:
+        ext = os.path.splitext(name)[1].lstrip(".") or "(none)"
+        kinds[ext] = kinds.get(ext, 0) + 1
+    return dict(sorted(kinds.items()))
+
+
+def aoti_build_configs(settings: dict = AOTI_FAST_BUILD) -> dict:
+    from torch._inductor import config
+
+    out = {}
+    for key, value in settings.items():
+        section, _, name = key.partition(".")
+        if hasattr(getattr(config, section, None), name):
+            out[key] = value
+    return out
 
 
 def check_aoti() -> dict:
-    """AOTInductor: export + aoti_compile_and_package a small model, load the package in a fresh process with
-    aoti_load_package, and compare with eager."""
+    """AOTInductor: export + aoti_compile_and_package a small MLP (two GEMMs and a fused bias + GELU kernel)
+    in this process, load the package in a fresh process with aoti_load_package, and compare with eager."""
     import torch
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
-                                torch.nn.Flatten(), torch.nn.Linear(256, 10)).cuda().eval()
-    x = torch.randn(4, 3, 32, 32, device="cuda")
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)).cuda().eval()
+    x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():
         ref = model(x)
+    configs = aoti_build_configs()
     with tempfile.TemporaryDirectory(prefix="gpuforge-aoti-") as d:
         pkg, data = os.path.join(d, "model.pt2"), os.path.join(d, "data.pt")
         t0 = time.perf_counter()
         ep = torch.export.export(model, (x,))
-        path = torch._inductor.aoti_compile_and_package(ep, package_path=pkg)
+        export_s = time.perf_counter() - t0
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=pkg, inductor_configs=configs)
         compile_s = time.perf_counter() - t0
         torch.save({"x": x.cpu(), "ref": ref.cpu()}, data)
         t0 = time.perf_counter()
@@ -452,9 +517,11 @@ def check_aoti() -> dict:
                     "compile_s": round(compile_s, 2)}
         child["exit"] = r.returncode  # a crash at interpreter exit after the result is recorded, not hidden
         size = os.path.getsize(path)
+        contents = package_contents(path)
     return {"ok": child["rel_err"] < TH["aoti_rel_err"], "rel_err": child["rel_err"], "limit": TH["aoti_rel_err"],
-            "loader_exit": child["exit"],
-            "compile_s": round(compile_s, 2), "load_run_s": round(time.perf_counter() - t0, 2), "package_bytes": size}
+            "package_contents": contents, "loader_exit": child["exit"], "export_s": round(export_s, 2), "build_configs": configs,
+            "compile_s": round(compile_s, 2), "load_run_s": round(time.perf_counter() - t0, 2), "package_bytes": size,
+            "loader": {k: child[k] for k in ("import_s", "load_s", "run_s")}}
 
 
 _AOTI_CPP = r"""
@@ -540,6 +607,129 @@ CHECKS = {
 }
 # Run with --only or --devel (devel images: a C++ toolchain and CUDA headers are part of the promise).
 EXTRA = {"aoti_cpp": check_aoti_cpp}
+# Compile-heavy and CPU-bound (Inductor, g++): each in a fresh process of its own, all at once.
+ISOLATED = ("aoti", "aoti_cpp", "compile_modes")
+# Started first here: their own child processes then start up while the other checks run.
+FIRST = ("device", "compile_cache", "fusion")
+
+
+class _Quiet:
+    def __repr__(self) -> str:
+        return "QUIET"
+
+
+QUIET = _Quiet()  # yielded by a check: "resume my timed part when nothing else runs"
+
+
+def _failure(e: BaseException) -> dict:
+    return {"ok": False, "error": f"{type(e).__name__}: {e}"[-3000:], "traceback": traceback.format_exc()[-3000:]}
+
+
+def _step(gen, elapsed: float) -> tuple[dict | None, float]:
+    """Run a check's generator to its next QUIET (None: suspended) or to its end (its result)."""
+    t0 = time.perf_counter()
+    try:
+        got = next(gen)
+    except StopIteration as stop:
+        res = stop.value if isinstance(stop.value, dict) else {"ok": False, "error": "the check returned no result"}
+    except Exception as e:
+        res = _failure(e)
+    else:
+        res = None if got is QUIET else {"ok": False, "error": f"the check yielded {got!r}, not QUIET"}
+    return res, elapsed + time.perf_counter() - t0
+
+
+def _as_gen(fn):
+    import inspect
+
+    return fn() if inspect.isgeneratorfunction(fn) else _plain(fn)
+
+
+def _plain(fn):
+    return fn()
+    yield  # makes this a generator: the plain check runs in full at its first step
+
+
+def spawn_isolated(name: str, thresholds: dict):
+    """A check in a fresh process (this program, --serial --only NAME) with its own empty Inductor cache.
+    Returns a zero-argument function that waits for it and gives its result."""
+    cache = tempfile.mkdtemp(prefix=f"gpuforge-smoke-{name}-")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    env.pop("TRITON_CACHE_DIR", None)
+    t0 = time.perf_counter()
+    out = tempfile.TemporaryFile(mode="w+")  # files, not pipes: a chatty child never blocks on a full pipe
+    err = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", name,
+                          "--thresholds", json.dumps(thresholds)], env=env, stdout=out, stderr=err, text=True)
+
+    def result() -> dict:
+        try:
+            p.wait(timeout=1800)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        text, errs = out.read(), err.read()
+        out.close()
+        err.close()
+        wall = round(time.perf_counter() - t0, 2)
+        try:
+            res = json.loads(text.strip().splitlines()[-1])["checks"][name]
+        except (IndexError, KeyError, json.JSONDecodeError):
+            return {"ok": False, "error": f"isolated process exit {p.returncode}: {(errs + text)[-2000:]}",
+                    "process_s": wall}
+        res["process_s"] = wall  # its own seconds plus the process's start (imports, CUDA) and exit
+        return res
+    return result
+
+
+def run_checks(names: list[str], checks: dict, *, serial: bool, isolated=ISOLATED, spawn=None,
+               log=lambda line: None) -> dict:
+    """Run the named checks; return {name: result} in the order of `names`, each with its `seconds`.
+
+    Serial: each check runs here to its end, in order (a QUIET yield is resumed at once). Otherwise: `device`
+    first (nothing else runs without a GPU), then every isolated check is spawned, then the rest run here,
+    each up to its QUIET; once every isolated process has finished, the suspended checks resume one at a time.
+    """
+    order = list(names) if serial else [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
+    results: dict = {}
+    waiting: dict = {}
+    quiet: list = []
+
+    def done(name: str, res: dict, seconds: float) -> None:
+        res.setdefault("seconds", round(seconds, 2))
+        results[name] = res
+        log(f"gpuforge selftest: {name}: {'ok' if res.get('ok') else 'FAILED'} ({res['seconds']} s)")
+
+    spawned = False
+    for name in order:
+        if not serial and not spawned and name != "device":
+            for iso in (n for n in order if n in isolated):
+                waiting[iso] = spawn(iso)
+            spawned = True
+        if name in waiting:
+            continue
+        gen = _as_gen(checks[name])
+        res, spent = _step(gen, 0.0)
+        while res is None and serial:
+            res, spent = _step(gen, spent)
+        if res is None:
+            quiet.append((name, gen, spent))
+            continue
+        done(name, res, spent)
+        if name == "device" and not res.get("ok"):
+            break  # nothing else can run without a GPU
+    for name, result in waiting.items():
+        res = result()
+        done(name, res, res.get("process_s", 0.0))
+    for name, gen, spent in quiet:
+        res, spent = _step(gen, spent)
+        if res is None:
+            res = {"ok": False, "error": "the check yielded QUIET twice"}
+            gen.close()
+        done(name, res, spent)
+    return {n: results[n] for n in names if n in results}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -549,25 +739,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated checks to run")
     ap.add_argument("--devel", action="store_true", help="also the devel-image checks (C++ AOTInductor loader)")
     ap.add_argument("--thresholds", help="JSON object of bars (the host toolkit's smoke_thresholds) over DEFAULTS")
+    ap.add_argument("--serial", action="store_true", help="every check here, one after another (no child processes)")
+    ap.add_argument("--isolate", default=",".join(ISOLATED), help="checks run each in a fresh process, concurrently")
     args = ap.parse_args(argv)
     if args.thresholds:
         TH.update(json.loads(args.thresholds))
+    every = {**CHECKS, **EXTRA}
+    names = args.only.split(",") if args.only else list(CHECKS) + (list(EXTRA) if args.devel else [])
+    unknown = [n for n in names + args.isolate.split(",") if n and n not in every]
+    if unknown:
+        print(f"gpuforge selftest: error: unknown check(s) {', '.join(unknown)}; known: {', '.join(every)}",
+              file=sys.stderr)
+        return 64
     # A fresh Inductor cache for this run, so first-compile figures are real compiles (not earlier runs' hits).
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpuforge-smoke-inductor-"))
-    names = args.only.split(",") if args.only else list(CHECKS) + (list(EXTRA) if args.devel else [])
-    report: dict = {"checks": {}, "thresholds": TH}
     t_all = time.perf_counter()
-    for name in names:
-        t0 = time.perf_counter()
-        try:
-            res = {**CHECKS, **EXTRA}[name]()
-        except Exception as e:
-            res = {"ok": False, "error": f"{type(e).__name__}: {e}"[-3000:], "traceback": traceback.format_exc()[-3000:]}
-        res["seconds"] = round(time.perf_counter() - t0, 2)
-        report["checks"][name] = res
-        print(f"gpuforge selftest: {name}: {'ok' if res.get('ok') else 'FAILED'} ({res['seconds']} s)", file=sys.stderr)
-        if name == "device" and not res["ok"]:
-            break  # nothing else can run without a GPU
+    checks = run_checks(names, every, serial=args.serial, isolated=tuple(n for n in args.isolate.split(",") if n),
+                        spawn=lambda n: spawn_isolated(n, TH), log=lambda line: print(line, file=sys.stderr))
+    report: dict = {"checks": checks, "thresholds": TH,
+                    "schedule": {"serial": args.serial, "isolated": [] if args.serial else
+                                 [n for n in names if n in args.isolate.split(",")]}}
     if args.multi_gpu and report["checks"].get("device", {}).get("ok"):
         report["checks"]["multi_gpu"] = check_multi_gpu()
     report["seconds"] = round(time.perf_counter() - t_all, 2)

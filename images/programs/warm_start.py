@@ -5,6 +5,15 @@
                                   so the next container's first compiled call is a cache hit)
   GPUFORGE_WARMUP=module:function run that function (it compiles and runs a few synced iterations) before serving
   GPUFORGE_COMPILE_CACHE=DIR      (set by the entrypoint) Inductor's and Triton's cache dir, on a volume
+  GPUFORGE_AOT_PACKAGE=FILE       an AOTInductor package (.pt2) on a volume, with its key beside it (FILE.key.json)
+  GPUFORGE_AOT_MODEL=module:function  returns (model, example_inputs): the model the package is made of
+
+With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
+model function, the example inputs' shapes and dtypes, a fingerprint of the weights) and whose bytes match the
+key's sha256 is loaded (torch._inductor.aoti_load_package) and run 3 times: no tracing, no compile. Otherwise
+(none yet, stale, torn) the first start is served by torch.compile as before, then the package is built
+(torch.export + aoti_compile_and_package) and written atomically, under a lock, for the next start.
+A program loads it the same way: `warm_start.load_package(FILE, model, example_inputs)` (None when stale).
 
 Prints one JSON line with the timings and Inductor's cache counters. Bad input: a one-line error, exit 64.
 Also the perf table's time-to-first-compiled-inference probe (`--probe resnet50`).
@@ -13,6 +22,8 @@ Also the perf table's time-to-first-compiled-inference probe (`--probe resnet50`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import importlib
 import json
 import os
@@ -22,6 +33,10 @@ import time
 
 T_START = time.perf_counter()
 SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+AOT_FORMAT = 1  # bump when what the key covers changes: every older package is then rebuilt
+# a one-off build: a header PCH only costs time; the .so goes into the package (else every load compiles it)
+AOT_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.package_cpp_only": False}
+AOT_CALLS = 3
 
 
 def fail(msg: str, code: int = 64) -> int:
@@ -32,15 +47,203 @@ def fail(msg: str, code: int = 64) -> int:
 def resnet50_bs1() -> None:
     """The built-in warm-up and the perf table's probe: ResNet-50, batch 1, compiled, 3 synced calls."""
     import torch
-    import torchvision
 
-    model = torchvision.models.resnet50().cuda().eval()
-    x = torch.randn(1, 3, 224, 224, device="cuda")
+    model, (x,) = resnet50_bs1_model()
     f = torch.compile(model)
     with torch.no_grad():
         for _ in range(3):
             f(x)
             torch.cuda.synchronize()
+
+
+def resnet50_bs1_model():
+    """The built-in GPUFORGE_AOT_MODEL: ResNet-50 (fixed seed, so the weights' fingerprint is stable), batch 1."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):  # initialised on the GPU: the CPU init of 25 M weights costs a second a start
+        model = torchvision.models.resnet50().eval()
+        x = torch.randn(1, 3, 224, 224)
+    return model, (x,)
+
+
+# --- the package's key: pure functions over plain facts (unit-tested without torch) ---------------------------
+
+def package_key(facts: dict) -> str:
+    """sha256 over the canonical JSON of everything a package depends on (see package_facts)."""
+    blob = json.dumps({"format": AOT_FORMAT, **facts}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def key_path(package: str) -> str:
+    return f"{package}.key.json"
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def package_usable(package: str, facts: dict) -> tuple[bool, str]:
+    """(True, "") when the package was made for these facts and its bytes are the ones its key file names;
+    else (False, why) — a missing, stale, torn or foreign package is rebuilt, never loaded."""
+    kp = key_path(package)
+    if not os.path.exists(kp):
+        return False, "no package yet" if not os.path.exists(package) else f"{kp} is missing"
+    try:
+        with open(kp) as f:
+            side = json.load(f)
+        old_facts, old_key, digest = side["facts"], side["key"], side["sha256"]
+        if not isinstance(old_facts, dict):
+            msg = "facts is not an object"
+            raise TypeError(msg)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return False, f"{kp} is unreadable ({type(e).__name__}: {e})"
+    if old_key != package_key(facts) or package_key(old_facts) != old_key:
+        changed = sorted(k for k in set(facts) | set(old_facts) if facts.get(k) != old_facts.get(k))
+        return False, f"stale: made for other {', '.join(changed) or 'key format'}"
+    if not os.path.exists(package):
+        return False, f"{package} is missing"
+    if file_sha256(package) != digest:
+        return False, f"{package} is not the file its key names (sha256 differs)"
+    return True, ""
+
+
+@contextlib.contextmanager
+def locked(package: str, exclusive: bool):
+    """An inter-process lock beside the package: writers exclusive, readers shared."""
+    import fcntl
+
+    with open(f"{package}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def publish_package(package: str, built: str, facts: dict) -> None:
+    """Move a freshly built package into place with its key file: each written whole (os.replace), the pair
+    under the lock, the key last, so a reader sees an old pair, a new pair, or a key that names other bytes."""
+    digest = file_sha256(built)
+    tmp = f"{key_path(package)}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"key": package_key(facts), "facts": facts, "sha256": digest}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    with locked(package, exclusive=True):
+        os.replace(built, package)
+        os.replace(tmp, key_path(package))
+
+
+# --- with torch ------------------------------------------------------------------------------------------------
+
+def weights_fingerprint(model) -> str:
+    """sha256 over the state dict's names, shapes, dtypes and per-tensor float64 sums (one GPU sync)."""
+    import torch
+
+    sd = model.state_dict()
+    sums = torch.stack([t.detach().double().sum() for t in sd.values()]).cpu().tolist() if sd else []
+    meta = [[k, list(t.shape), str(t.dtype), repr(s)] for (k, t), s in zip(sd.items(), sums, strict=True)]
+    return hashlib.sha256(json.dumps(meta).encode()).hexdigest()
+
+
+def package_facts(model, inputs, model_spec: str) -> dict:
+    import torch
+
+    p = torch.cuda.get_device_properties(0)
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": p.name, "capability": f"{p.major}.{p.minor}",
+            "model": model_spec, "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
+            "weights": weights_fingerprint(model)}
+
+
+def _runner_if_usable(package: str, facts: dict):
+    """(runner or None, why not, seconds the load took), the check and the load under a shared lock."""
+    import torch
+
+    with locked(package, exclusive=False):
+        ok, why = package_usable(package, facts)
+        if not ok:
+            return None, why, 0.0
+        t0 = time.perf_counter()
+        return torch._inductor.aoti_load_package(package), "", time.perf_counter() - t0
+
+
+def load_package(package: str, model, inputs, model_spec: str = ""):
+    """The runner of a package made for this model and these inputs here, or None (with why, on stderr)."""
+    runner, why, _ = _runner_if_usable(package, package_facts(model, inputs, model_spec))
+    if runner is None:
+        print(f"gpuforge: AOTInductor package {package}: {why}", file=sys.stderr)
+    return runner
+
+
+def build_package(package: str, model, inputs, facts: dict) -> dict:
+    import torch
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from gpu_smoke import aoti_build_configs, package_contents
+
+    t0 = time.perf_counter()
+    built = f"{package}.build{os.getpid()}.pt2"
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(model, tuple(inputs))
+        torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
+        contents = package_contents(built)
+        publish_package(package, built, facts)
+    finally:
+        if os.path.exists(built):
+            os.unlink(built)
+    return {"aot_build_s": round(time.perf_counter() - t0, 3), "aot_package_bytes": os.path.getsize(package),
+            "aot_package_contents": contents}
+
+
+def resolve(spec: str):
+    mod, _, name = spec.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
+    """Load and run the package when it fits, else serve this start by torch.compile and build it."""
+    import torch
+
+    t0 = time.perf_counter()
+    model, inputs = make_model()
+    facts = package_facts(model, inputs, spec)
+    rep: dict = {"aot_model_s": round(time.perf_counter() - t0, 3)}
+    runner, why, load_s = _runner_if_usable(package, facts)
+    t0 = time.perf_counter()
+    if runner is not None:
+        rep.update(aot="loaded", aot_load_s=round(load_s, 3))
+        with torch.no_grad():
+            for _ in range(AOT_CALLS):
+                runner(*inputs)
+                torch.cuda.synchronize()
+        rep["aot_calls_s"] = round(time.perf_counter() - t0, 3)
+        rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
+        return rep
+    rep["aot"] = f"built ({why})"
+    print(f"gpuforge: AOTInductor package {package}: {why}; building it after this start", file=sys.stderr)
+    if not have_warmup:  # this start is served the way it was before packages: torch.compile
+        f = torch.compile(model)
+        with torch.no_grad():
+            for _ in range(AOT_CALLS):
+                f(*inputs)
+                torch.cuda.synchronize()
+        rep["compile_calls_s"] = round(time.perf_counter() - t0, 3)
+        rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
+    try:
+        rep.update(build_package(package, model, inputs, facts))
+    except Exception as e:  # this start is served; a package that cannot be built must not stop the container
+        rep["aot_build_error"] = f"{type(e).__name__}: {str(e)[-500:]}"
+        print(f"gpuforge: warning: could not build AOTInductor package {package}: {rep['aot_build_error']}",
+              file=sys.stderr)
+    return rep
 
 
 def _counters() -> dict:
@@ -53,13 +256,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warmup", default=os.environ.get("GPUFORGE_WARMUP"), help="module:function")
     ap.add_argument("--artifacts", default=os.environ.get("GPUFORGE_CACHE_ARTIFACTS"), help="cache artifacts file")
+    ap.add_argument("--aot-package", default=os.environ.get("GPUFORGE_AOT_PACKAGE"), help="AOTInductor package file")
+    ap.add_argument("--aot-model", default=os.environ.get("GPUFORGE_AOT_MODEL"), help="module:function")
     args = ap.parse_args(argv)
     if args.warmup and not SPEC.match(args.warmup):
         return fail(f"GPUFORGE_WARMUP={args.warmup!r}: use module:function (e.g. myapp.serve:warmup)")
+    if args.aot_package:
+        if not args.aot_model or not SPEC.match(args.aot_model):
+            return fail(f"GPUFORGE_AOT_MODEL={args.aot_model!r}: with GPUFORGE_AOT_PACKAGE, name the model as "
+                        "module:function returning (model, example_inputs), e.g. warm_start:resnet50_bs1_model")
+        folder = os.path.dirname(os.path.abspath(args.aot_package))
+        if os.path.isdir(args.aot_package) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            return fail(f"GPUFORGE_AOT_PACKAGE={args.aot_package!r}: give a file path in a writable folder (a volume)")
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)  # the built-in warm-ups (warm_start:resnet50_bs1)
     sys.path.insert(0, os.getcwd())
-    rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts}
+    rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts, "aot_package": args.aot_package}
     import torch
 
     rep["import_s"] = round(time.perf_counter() - T_START, 3)
@@ -74,13 +286,11 @@ def main(argv: list[str] | None = None) -> int:
             rep["loaded"] = True
             rep["load_s"] = round(time.perf_counter() - t0, 3)
             rep["loaded_info"] = str(info)[:300]
-    fn = None
-    if args.warmup:
-        mod, _, name = args.warmup.partition(":")
-        try:
-            fn = getattr(importlib.import_module(mod), name)
-        except (ImportError, AttributeError) as e:
-            return fail(f"GPUFORGE_WARMUP={args.warmup}: {type(e).__name__}: {e}")
+    try:
+        fn = resolve(args.warmup) if args.warmup else None
+        make_model = resolve(args.aot_model) if args.aot_package else None
+    except (ImportError, AttributeError) as e:
+        return fail(f"{type(e).__name__}: {e} (GPUFORGE_WARMUP={args.warmup!r}, GPUFORGE_AOT_MODEL={args.aot_model!r})")
     if fn is not None:
         t0 = time.perf_counter()
         try:
@@ -91,6 +301,15 @@ def main(argv: list[str] | None = None) -> int:
             return fail(f"warm-up {args.warmup} failed: {type(e).__name__}: {e}", 1)
         rep["warmup_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)  # process start to warmed up
+    if args.aot_package:
+        try:
+            aot = aot_start(args.aot_package, make_model, args.aot_model, have_warmup=fn is not None)
+        except Exception as e:
+            return fail(f"AOTInductor package {args.aot_package}: {type(e).__name__}: {str(e)[-500:]}", 1)
+        if fn is not None:
+            aot.pop("first_ready_s", None)  # the user's warm-up decided when this start was ready
+        rep.update(aot)
+    if fn is not None or args.aot_package:
         if args.artifacts and not os.path.exists(args.artifacts):
             saved = torch.compiler.save_cache_artifacts()
             if saved:
@@ -100,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.replace(tmp, args.artifacts)  # never a half-written file for the next container
                 rep["saved_bytes"] = len(saved[0])
     rep["inductor_cache"] = _counters()
+    rep["process_s"] = round(time.perf_counter() - T_START, 3)
     print(json.dumps(rep))
     print(f"gpuforge: warm start done ({json.dumps({k: rep[k] for k in rep if k.endswith('_s')})})", file=sys.stderr)
     return 0
