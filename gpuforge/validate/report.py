@@ -185,8 +185,8 @@ def markdown(rep: dict) -> str:
     proven = [(m, cs) for m, cs in by_module.items() if any(c["outcome"] == "passed" for c in cs)]
     for m, cs in proven:
         passed = [c for c in cs if c["outcome"] == "passed"]
-        lines.append(f"- **{concern(m)}** ({len(passed)} of {len(cs)} passed): "
-                     + "; ".join(sentence(m, c["name"]) for c in passed) + ".")
+        lines.append(f"- **{concern(m)}** ({len(passed)} of {len(cs)} passed)")
+        lines += [f"  - {sentence(m, c['name'])}" for c in passed]
     if not proven:
         lines.append("- nothing: no check passed")
     failed = [c for c in checks if c["outcome"] == "failed"]
