@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from report_md import parse
 
 from gpuforge import __version__, paths
 from gpuforge.validate import report
@@ -35,19 +36,6 @@ def _no_gpu_report() -> dict:
     raw["checks"].append({"id": "test_metadata.py::test_default_user_is_not_root", "module": "test_metadata",
                           "name": "test_default_user_is_not_root", "outcome": "passed", "seconds": 0.1, "message": ""})
     return report.finish(raw, required=tuple(c["id"] for c in raw["checks"]), gpu=False, revision="0123abc")
-
-
-def parse(md: str) -> dict:
-    """The fields a person reads, found by their labels and headings."""
-    out = {"verdict": re.search(r"^\*\*Verdict:\*\* (.+)$", md, re.M)[1]}
-    for key in ("Target", "Image", "gpuforge", "Date", "Host", "Checks"):
-        out[key.lower()] = re.search(rf"^- \*\*{key}:\*\* (.+)$", md, re.M)[1]
-    sections = re.split(r"^#### ", md, flags=re.M)[1:]
-    for s in sections:
-        title, _, body = s.partition("\n")
-        out[title.strip()] = [line[2:] for line in body.splitlines() if line.startswith("- ")]
-        out[title.strip() + " (items)"] = [line[4:] for line in body.splitlines() if line.startswith("  - ")]
-    return out
 
 
 def test_gpu_report_reads_green_with_host_and_provenance():
