@@ -261,16 +261,21 @@ class _Runner:
                 repo, tag = ref.rsplit(":", 1)
                 moved.append((ref, _image_of(c, ref)))
                 img.tag(repo, tag)
-        except Exception:
+        except docker.errors.APIError as e:  # e.g. the engine went away mid-way: put back what moved
             for ref, old in reversed(moved):
                 repo, tag = ref.rsplit(":", 1)
-                if old:
-                    c.images.get(old).tag(repo, tag)
-                else:
-                    with contextlib.suppress(docker.errors.APIError):
+                with contextlib.suppress(docker.errors.APIError):
+                    if old:
+                        c.images.get(old).tag(repo, tag)
+                    else:
                         c.images.remove(ref, noprune=True)
             records.restore_build(t.id, before)
-            raise
+            r.state = "failed"
+            r.error = (f"built {image_id[:19]} but could not tag it {moved[-1][0]} ({e.explanation or e}); "
+                       "its tags and record were put back")
+            if not self.opts.keep_going:
+                self.kill_all()
+            return
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, size
 
 

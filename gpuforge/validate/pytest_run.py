@@ -65,9 +65,11 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 def die_with_parent(parent: int):
     """Popen preexec_fn: the child gets SIGKILL when its parent dies (SIGKILL included), and exits at once
     if the parent is already gone (died between fork and prctl): no orphaned pytest runs on."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None  # looked up before fork
+
     def preexec() -> None:
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
     return preexec

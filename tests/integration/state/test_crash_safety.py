@@ -4,6 +4,7 @@ exit 8); a state dir that cannot be written moves no build tag."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 import time
 import uuid
 
+import docker.errors
 import pytest
 
 from conftest import REQUIRE, ROOT, gpuforge
@@ -148,7 +150,41 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
         subprocess.run(["mount", "-o", "remount,rw", str(state)], check=False)
         docker_engine.images.remove(tag)
         if new:
-            try:
+            with contextlib.suppress(docker.errors.APIError):  # another run may hold it
                 docker_engine.images.remove(new[1])
-            except Exception:
-                pass
+
+
+def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build, docker_engine, tmp_path, test_ca,
+                                                                  monkeypatch, capsys):
+    """The second of two tags is refused by the engine: the first goes back to its old image, the record
+    to what it was, and the target fails naming the tag (exit 4), with no tag pointing at an unrecorded image."""
+    from gpuforge.build import runner as build
+    from gpuforge.errors import BuildError
+    from gpuforge.render import dockerfile as render
+    from gpuforge.state import records
+
+    t, rec = default_build
+    monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
+    tag = f"gpuforge-test/state-{uuid.uuid4().hex[:8]}:put-back"
+    docker_engine.images.get(rec["image_id"]).tag(*tag.split(":"))
+    records.update(t.id, **{k: v for k, v in rec.items() if k in records.BuildRecord.model_fields})
+    t2 = dataclasses.replace(t, tags=(tag, "gpuforge-test/NOT_A_VALID_REPO:x"))  # the engine refuses upper case
+    ctx = render.copy_context(tmp_path / "ctx")
+    render.write(t2, ctx / "images" / "dist")
+    with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
+        f.write(f"# {uuid.uuid4().hex}\n")
+    new = None
+    try:
+        with pytest.raises(BuildError):
+            build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
+                                                         log_dir=tmp_path / "logs"))
+        err = capsys.readouterr().err
+        new = re.search(r"built (sha256:[0-9a-f]{12}) but could not tag it gpuforge-test/NOT_A_VALID_REPO:x", err)
+        assert new and "its tags and record were put back" in err, err[-2000:]
+        assert docker_engine.images.get(tag).id == rec["image_id"], "the first tag stayed on the unrecorded image"
+        assert records.require(t.id) == {k: v for k, v in rec.items() if k in records.BuildRecord.model_fields}
+    finally:
+        docker_engine.images.remove(tag)
+        if new:
+            with contextlib.suppress(docker.errors.APIError):
+                docker_engine.images.remove(new[1])

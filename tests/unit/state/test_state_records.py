@@ -65,17 +65,18 @@ def test_malformed_builds_json_is_one_line(state, make, words):
     assert json.loads((state / "elsewhere.json").read_text()) == {"t": {"image_id": IMG}}  # never written through
 
 
-def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch):
-    """Through cli.main (the one place errors are printed): a truncated record was exit 1 with no code listed."""
-    state.mkdir()
-    (state / "builds.json").write_text('{"schema_version": 1, "builds": {"x"')
+@pytest.mark.parametrize(("make", "words"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, make, words):
+    """Through cli.main, the one place errors are printed (a truncated record was exit 1, a code not listed)."""
     from gpuforge.publish import promote
 
+    state.mkdir()
+    make(state / "builds.json")
     monkeypatch.setattr(promote, "push_targets", lambda targets, registry: records.require(targets[0].id))
     rc = cli.main(["push"])
     err = capsys.readouterr().err
     assert rc == 8 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith(f"gpuforge: error: {state / 'builds.json'}: not valid JSON"), err
+    assert err.startswith(f"gpuforge: error: {state / 'builds.json'}: ") and words in err, err
 
 
 def test_unversioned_records_of_earlier_releases_are_read_and_rewritten_versioned(state):
@@ -149,7 +150,7 @@ def mountpoint(tmp_path):
     subprocess.run(["umount", "-l", str(d)], check=False)
 
 
-def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypatch):
+def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypatch, capsys):
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(mountpoint / "state"))
     records.update("t", image_id=IMG)
     subprocess.run(["mount", "-o", "remount,ro", str(mountpoint)], check=True)
@@ -157,6 +158,12 @@ def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypa
     with pytest.raises(StateError) as e:
         records.update("t", image_id=OTHER)
     assert "read-only file system" in _one_line(e.value, mountpoint / "state")
+    from gpuforge.publish import promote
+
+    monkeypatch.setattr(promote, "push_targets", lambda targets, registry: records.update(targets[0].id, image_id=OTHER))
+    assert cli.main(["push"]) == 8
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gpuforge: error: {mountpoint / 'state'}") and "read-only" in err, err
 
 
 def test_full_disk_leaves_the_previous_report_set_whole(mountpoint):
