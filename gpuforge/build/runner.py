@@ -256,22 +256,24 @@ class _Runner:
                 self.kill_all()
             return
         moved: list[tuple[str, str | None]] = []  # (ref, image id it pointed at before)
+        ref = ""
         try:
             for ref in t.tags:
+                old = _image_of(c, ref)
                 repo, tag = ref.rsplit(":", 1)
-                moved.append((ref, _image_of(c, ref)))
                 img.tag(repo, tag)
+                moved.append((ref, old))
         except docker.errors.APIError as e:  # e.g. the engine went away mid-way: put back what moved
-            for ref, old in reversed(moved):
-                repo, tag = ref.rsplit(":", 1)
+            for back, old in reversed(moved):
+                repo, tag = back.rsplit(":", 1)
                 with contextlib.suppress(docker.errors.APIError):
                     if old:
                         c.images.get(old).tag(repo, tag)
                     else:
-                        c.images.remove(ref, noprune=True)
+                        c.images.remove(back, noprune=True)
             records.restore_build(t.id, before)
             r.state = "failed"
-            r.error = (f"built {image_id[:19]} but could not tag it {moved[-1][0]} ({e.explanation or e}); "
+            r.error = (f"built {image_id[:19]} but could not tag it {ref} ({e.explanation or e}); "
                        "its tags and record were put back")
             if not self.opts.keep_going:
                 self.kill_all()
