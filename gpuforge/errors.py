@@ -47,3 +47,11 @@ class PromotionRefused(FatalError):
     """Promotion was refused; every tag was left as it was."""
 
     return_code = 7
+
+
+class StateError(FatalError):
+    """A record (state dir) or report file cannot be read or written: malformed, of another shape or schema
+    version, a symlink, or the disk refused (no space, permission, read-only). The line names the file."""
+
+    return_code = 8
+    errno: int | None = None

@@ -194,7 +194,7 @@ def _cli_build(matrix: Path, snap: Path, state: Path, ca: str | None, *extra: st
     if p.returncode != 0:
         sys.stderr.write("".join(x for _, x in lines[-60:]))
         raise subprocess.CalledProcessError(p.returncode, argv)
-    rec = next(iter(json.loads((state / "builds.json").read_text()).values()))
+    rec = next(iter(json.loads((state / "builds.json").read_text())["builds"].values()))  # gpuforge.state.models.BuildsFile
     pulls = [t for t, x in lines if re.search(r"\] #\d+ pulling sha256:", x)]
     rec["pull_s"] = took - pulls[0] if pulls else 0.0  # from the first cached-layer pull to the end
     return took, rec

@@ -6,6 +6,7 @@ or interrupted build never creates or moves a tag.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docker.errors
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -28,7 +30,7 @@ from gpuforge.build import bases
 from gpuforge.engine import client as engine
 from gpuforge.state import records
 from gpuforge.render import dockerfile as render
-from gpuforge.errors import BuildError, ConfigError, EngineError
+from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.matrix import Target
 
 LOG_DIR = Path(os.environ.get("GPUFORGE_LOG_DIR", "reports/build-logs"))
@@ -168,6 +170,7 @@ class _Runner:
         self.stop = threading.Event()
         self.procs: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
+        self.state_errors: list[StateError] = []  # a build made but not recorded: exit 8, not 4
 
     def kill_all(self) -> None:
         self.stop.set()
@@ -233,14 +236,56 @@ class _Runner:
         return r
 
     def _tag(self, t: Target, image_id: str, r: Result, recipe: str) -> None:
-        img = engine.client().images.get(image_id)
-        for ref in t.tags:
-            repo, tag = ref.rsplit(":", 1)
-            img.tag(repo, tag)
-        r.ok, r.state, r.image_id, r.size = True, "built", image_id, int(img.attrs.get("Size", 0))
-        records.update(t.id, image_id=image_id, tags=list(t.tags), size=r.size, seconds=round(r.seconds, 1),
-                       driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                       extra_ca=self.opts.extra_ca, revision=self.revision, built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+        """Record the build, then move its tags: a tag never points at an image its record does not name.
+        A failed record moves no tag; a failed tag puts the record and the tags already moved back."""
+        c = engine.client()
+        img = c.images.get(image_id)
+        size = int(img.attrs.get("Size", 0))
+        try:
+            before = records.build(t.id)
+            # another image has no report or push yet: the old one's must not carry over (the same image keeps them)
+            stale = {} if before and before.image_id == image_id else dict.fromkeys(records.IMAGE_FACTS)
+            records.update_build(t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
+                                 driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
+                                 extra_ca=self.opts.extra_ca, revision=self.revision,
+                                 built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
+        except StateError as e:
+            r.state, r.error = "failed", f"built {image_id[:19]} but could not record it, so no tag moved: {e}"
+            self.state_errors.append(e)
+            if not self.opts.keep_going:
+                self.kill_all()
+            return
+        moved: list[tuple[str, str | None]] = []  # (ref, image id it pointed at before)
+        ref = ""
+        try:
+            for ref in t.tags:
+                old = _image_of(c, ref)
+                repo, tag = ref.rsplit(":", 1)
+                img.tag(repo, tag)
+                moved.append((ref, old))
+        except docker.errors.APIError as e:  # e.g. the engine went away mid-way: put back what moved
+            for back, old in reversed(moved):
+                repo, tag = back.rsplit(":", 1)
+                with contextlib.suppress(docker.errors.APIError):
+                    if old:
+                        c.images.get(old).tag(repo, tag)
+                    else:
+                        c.images.remove(back, noprune=True)
+            records.restore_build(t.id, before)
+            r.state = "failed"
+            r.error = (f"built {image_id[:19]} but could not tag it {ref} ({e.explanation or e}); "
+                       "its tags and record were put back")
+            if not self.opts.keep_going:
+                self.kill_all()
+            return
+        r.ok, r.state, r.image_id, r.size = True, "built", image_id, size
+
+
+def _image_of(c, ref: str) -> str | None:
+    try:
+        return c.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def _table(results: dict[str, Result]) -> Table:
@@ -305,6 +350,8 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     failed = [r for r in results.values() if not r.ok]
     for r in failed:
         print(f"gpuforge: {r.target.id}: {r.error}", file=sys.stderr)
+    if runner.state_errors:
+        raise runner.state_errors[0]
     if failed:
         msg = f"{len(failed)} of {len(results)} target(s) did not build: {', '.join(r.target.id for r in failed)}"
         raise BuildError(msg)

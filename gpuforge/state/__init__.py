@@ -1,1 +1,2 @@
-"""state stage."""
+"""state stage: the typed, versioned, crash-safe records (builds, promotions) and the atomic file writer
+that reports use too."""

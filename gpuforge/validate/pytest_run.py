@@ -1,16 +1,24 @@
 """Run the validators (pytest + testinfra, under validators/) against built targets or a host.
 
 Each run gets a run id; every container it starts carries it, and whatever is left when pytest ends
-(normally, by failure or by Ctrl-C) is removed.
+(normally, by failure or by Ctrl-C) is removed; a run killed outright leaves them to the next run's reaping.
+
+Only the run that owns a report writes it: the pytest child writes its raw report and JUnit XML into a
+private temp folder, and this process (the parent) writes the finished set (report.json, .xml, .md,
+target.json, SBOMs) into reports/<id>/ as one atomic set under the folder's lock. The child dies with the
+parent (PR_SET_PDEATHSIG), and even a child that outlived it could write nothing but its own temp folder.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import docker.errors
@@ -20,7 +28,7 @@ from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
-from gpuforge.state import records
+from gpuforge.state import files, records
 from gpuforge.validate import evidence, report
 from gpuforge.validate import sbom as cyclonedx
 
@@ -35,7 +43,7 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
             "--rootdir", str(vdir), *args]
     engine.echo_cmd(argv)
     env = {**os.environ, "GPUFORGE_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, env=env)
+    proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent(os.getpid()))  # one thread: preexec_fn is safe
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -49,6 +57,37 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
         removed = run.clean(run_id) if containers else 0  # local:// and ssh:// runs start no containers
         if removed:
             print(f"gpuforge: removed {removed} container(s) left by validator run {run_id}", file=sys.stderr)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int):
+    """Popen preexec_fn: the child gets SIGKILL when its parent dies (SIGKILL included), and exits at once
+    if the parent is already gone (died between fork and prctl): no orphaned pytest runs on."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None  # looked up before fork
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+def _revision() -> str:
+    from gpuforge.build.runner import git_revision  # the checkout that ran the validators
+
+    return git_revision()
+
+
+def _raw_report(path: Path) -> dict | None:
+    """The child's report from its private temp folder (None: it wrote none, or a torn one)."""
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rep if isinstance(rep, dict) else None
 
 
 def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
@@ -70,41 +109,53 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
     c = engine.client()
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
+    revision = _revision()
     for t in targets:
-        rec = records.require(t.id)
+        rec = records.require_build(t.id)
         try:
-            c.images.get(rec["image_id"])
+            c.images.get(rec.image_id)
         except docker.errors.ImageNotFound:
-            msg = f"{t.id}: image {rec['image_id'][:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
+            msg = f"{t.id}: image {rec.image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
             raise EngineError(msg) from None
-        out = reports / t.id
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "target.json").write_text(t.expected_json())
         rpath = report_path(reports, t.id, gpu)
-        args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(out / "target.json"),
-                "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
-                "-o", f"junit_suite_name={t.id}"]
-        if gpu:
-            args += ["--gpuforge-gpu", *gpu_args(gpu_request)]
-        if rec.get("extra_ca"):
-            args += ["--gpuforge-ca", rec["extra_ca"]]
-        print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
-        rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
-        if not rpath.exists():
-            failed.append(t.id)
-            print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
-            continue
-        md = report.finish(rpath, required=required, gpu=gpu)
-        rep = report.load(rpath)
-        sbom = rep.get("facts", {}).get("sbom")
-        if sbom:  # the image's package manifest, bound to the image id like the report
-            (out / "sbom.json").write_text(json.dumps({"target": t.id, "image_id": rec["image_id"], **sbom},
-                                                      indent=2, sort_keys=True) + "\n")
-            cyclonedx.write(out / "sbom.cdx.json", target_id=t.id, image_id=rec["image_id"], os_name=t.os, inventory=sbom)
+        # opened (symlinks refused, writability known) before a minutes-long run, written only after it
+        with files.Folder(reports.parent, reports.name, t.id) as out, \
+                tempfile.TemporaryDirectory(prefix=f"gpuforge-validate-{t.id[:40]}-") as tmp:
+            own = Path(tmp)
+            (own / "target.json").write_text(t.expected_json())
+            args = ["--gpuforge-image", rec.image_id, "--gpuforge-target", str(own / "target.json"),
+                    "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml"),
+                    "-o", f"junit_suite_name={t.id}"]
+            if gpu:
+                args += ["--gpuforge-gpu", *gpu_args(gpu_request)]
+            if rec.extra_ca:
+                args += ["--gpuforge-ca", rec.extra_ca]
+            print(f"gpuforge: validating {t.id} ({rec.image_id[:19]})", flush=True)
+            rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
+            raw = _raw_report(own / "report.json")
+            if raw is None:
+                failed.append(t.id)
+                print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
+                continue
+            rep = report.finish(raw, required=required, gpu=gpu, revision=revision)
+            md = report.markdown(rep)
+            outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode(),
+                       "target.json": (own / "target.json").read_bytes()}
+            if (own / "report.xml").exists():
+                outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
+            sbom = rep.get("facts", {}).get("sbom")
+            if sbom:  # the image's package manifest, bound to the image id like the report
+                outputs["sbom.json"] = (json.dumps({"target": t.id, "image_id": rec.image_id, **sbom}, indent=2,
+                                                   sort_keys=True) + "\n").encode()
+                outputs["sbom.cdx.json"] = cyclonedx.to_json(cyclonedx.bom(
+                    target_id=t.id, image_id=rec.image_id, os_name=t.os, inventory=sbom)).encode()
+            kind = "gpu_report" if gpu else "report"
+            with out.locked():  # the set and its recorded digest change together
+                out.write_set(outputs)
+                # the report's digest: promote refuses a report file changed after this point
+                records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
         print(md)
-        # the report's digest: promote refuses a report file changed after this point
-        kind = "gpu_report" if gpu else "report"
-        records.update(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
+        report.summarize(md)
         if rc == 0 and rep["evidence"]["partial"]:
             print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
                   "fine for debugging, never promotable", file=sys.stderr)
@@ -128,26 +179,40 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         msg = "smoke: give either HOST (docker://, local://, ssh://) or --image IMAGE"
         raise ConfigError(msg)
     args: list[str] = gpu_args(gpu_request, gpus)
-    if target_json:
-        args += ["--gpuforge-target", target_json]
-        tid = json.loads(Path(target_json).read_text()).get("id", "host")
-    else:
-        m: Matrix = load_matrix(matrix)
-        t = m.select(selectors)[0]
-        reports.mkdir(parents=True, exist_ok=True)
-        tj = reports / f"{t.id}.target.json"
-        tj.write_text(t.expected_json())
-        args += ["--gpuforge-target", str(tj)]
-        tid = t.id
-    for e in expect:
-        args += ["--gpuforge-expect", e]
-    rpath = reports / "smoke" / f"{tid}.json"
-    args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
-             "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml"))]
-    rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
-                 files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
-    if rpath.exists():
-        print(report.finish(rpath))
+    with tempfile.TemporaryDirectory(prefix="gpuforge-smoke-") as tmp:
+        own = Path(tmp)
+        if target_json:
+            args += ["--gpuforge-target", target_json]
+            tid = json.loads(Path(target_json).read_text()).get("id", "host")
+            expected = None
+        else:
+            m: Matrix = load_matrix(matrix)
+            t = m.select(selectors)[0]
+            expected = t.expected_json()
+            (own / "target.json").write_text(expected)
+            args += ["--gpuforge-target", str(own / "target.json")]
+            tid = t.id
+        for e in expect:
+            args += ["--gpuforge-expect", e]
+        rpath = reports / "smoke" / f"{tid}.json"
+        args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
+                 "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml")]
+        with files.Folder(reports.parent, reports.name, "smoke") as out:
+            rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
+                         files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
+            raw = _raw_report(own / "report.json")
+            if raw is not None:
+                rep = report.finish(raw, revision=_revision())
+                md = report.markdown(rep)
+                outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode()}
+                if (own / "report.xml").exists():
+                    outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
+                if expected is not None:
+                    outputs[f"{tid}.target.json"] = expected.encode()
+                with out.locked():
+                    out.write_set(outputs)
+                print(md)
+                report.summarize(md)
     if rc != 0:
         msg = f"GPU smoke failed on {host or image} (report: {rpath})"
         raise ValidationFailed(msg)

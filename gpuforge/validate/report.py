@@ -1,25 +1,46 @@
-"""Validation reports: the JSON the validators write, judged green or red, rendered as Markdown
-(next to it, and into $GITHUB_STEP_SUMMARY when set)."""
+"""Validation reports: the JSON the validators write, judged green or red by gpuforge.validate.evidence,
+and report.md, written for a person: the verdict, what image on what host, what was proven (by concern,
+in words), what skipped and why, what was not checked.
+
+The concern of each validator module is its docstring's first line, and a check's sentence is its
+docstring's first sentence or else its name in words: the validators are the one home of what they prove.
+"""
 
 from __future__ import annotations
 
+import ast
+import collections
+import datetime as dt
+import functools
 import json
 import os
+import socket
 from pathlib import Path
 
-from gpuforge.errors import FatalError
+from gpuforge import __version__, paths
+from gpuforge.errors import FatalError, StateError
+from gpuforge.state import files
 from gpuforge.validate import evidence
+
+# The headlines report.md opens with (one of these, after "**Verdict:** ").
+GREEN, RED, PARTIAL, NO_GPU = "GREEN", "RED", "PARTIAL", "not promotable to prod: no GPU check"
 
 
 def load(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
+    """A report file (never followed through a symlink), or one error line naming it."""
+    text = files.read_text(path)
+    if text is None:
         msg = f"no validation report at {path}; run `gpuforge validate` first"
-        raise FatalError(msg) from None
+        raise FatalError(msg)
+    try:
+        rep = json.loads(text)
     except json.JSONDecodeError as e:
-        msg = f"{path}: report is not valid JSON ({e.msg}); re-run validation"
-        raise FatalError(msg) from None
+        msg = f"{path}: report is not valid JSON ({e.msg} at line {e.lineno}; truncated?); re-run validation"
+        raise StateError(msg) from None
+    if not isinstance(rep, dict) or not isinstance(rep.get("checks", []), list):
+        msg = f"{path}: not a validation report (expected an object with a checks list); re-run validation"
+        raise StateError(msg)
+    return rep
 
 
 def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
@@ -27,32 +48,48 @@ def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
     return not evidence.problems(rep, require_gpu=require_gpu)
 
 
-def markdown(rep: dict) -> str:
-    checks = rep.get("checks", [])
-    count = {k: sum(c["outcome"] == k for c in checks) for k in ("passed", "failed", "skipped")}
-    probs = evidence.problems(rep) if rep.get("evidence") else []
-    if rep.get("evidence"):
-        verdict = "GREEN" if not probs else ("PARTIAL (never promotes)" if rep["evidence"].get("partial") else "RED")
-    else:  # a host smoke run: no required set, so never evidence for promotion
-        verdict = "PASSED (host check, not evidence)" if _plain_pass(rep) else "FAILED"
-    lines = [
-        f"### gpuforge validation: {rep.get('target')} — {verdict}",
-        "",
-        f"image `{(rep.get('facts', {}).get('image_id') or rep.get('host') or '')[:19]}` on {rep.get('host')}"
-        f"{' (GPU)' if rep.get('gpu') else ''}: {count['passed']} passed, {count['failed']} failed, "
-        f"{count['skipped']} skipped in {rep.get('seconds', 0):.1f} s",
-        "",
-        *([f"- {p}" for p in probs] + [""] if probs else []),
-        "| check | result | seconds | note |",
-        "|---|---|---|---|",
-    ]
-    for c in checks:
-        note = (c.get("message") or "").replace("\n", " ").replace("|", "\\|")[:160]
-        lines.append(f"| {c['module']}::{c['name']} | {c['outcome']} | {c['seconds']:.2f} | {note} |")
-    versions = rep.get("facts", {}).get("versions")
-    if versions:
-        lines += ["", "versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
-    return "\n".join(lines) + "\n"
+def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown") -> dict:
+    """The report with the host-side facts added: the evidence block (when `required` is given; else a host
+    check, never evidence), the verdict, and who made it when (gpuforge version, git revision, machine)."""
+    rep = dict(rep)
+    if required is not None:
+        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu)
+        rep["problems"] = evidence.problems(rep)
+        rep["green"] = not rep["problems"]
+    else:
+        rep["green"] = False  # no required set: not evidence
+    rep["run"] = {"gpuforge_version": __version__, "revision": revision, "machine": socket.gethostname(),
+                  "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    return rep
+
+
+def to_json(rep: dict) -> str:
+    return json.dumps(rep, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def summarize(md: str) -> None:
+    """Append report.md to $GITHUB_STEP_SUMMARY when set (an append-only file GitHub owns)."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a") as f:
+                f.write(md + "\n")
+        except OSError as e:
+            raise files.error(summary, e) from None
+
+
+# --- report.md -------------------------------------------------------------------------------------
+
+def verdict(rep: dict) -> str:
+    """The headline: GREEN, RED, PARTIAL, or GREEN yet not promotable to prod without a GPU check."""
+    if not rep.get("evidence"):  # a host smoke run: no required set, so never evidence for promotion
+        return "PASSED (host check, not evidence)" if _plain_pass(rep) else RED
+    probs = evidence.problems(rep)
+    if probs:
+        return f"{PARTIAL} (never promotes)" if rep["evidence"].get("partial") else RED
+    if evidence.problems(rep, require_gpu=True):
+        return f"{GREEN} for dev; {NO_GPU}"
+    return GREEN
 
 
 def _plain_pass(rep: dict) -> bool:
@@ -60,21 +97,132 @@ def _plain_pass(rep: dict) -> bool:
     return rep.get("exit_status") == 0 and "failed" not in outcomes and "passed" in outcomes
 
 
-def finish(path: Path, *, required: tuple[str, ...] | None = None, gpu: bool = False) -> str:
-    """Add the evidence block (when `required` is given), mark the report green/red, write its
-    Markdown beside it and to the step summary."""
-    rep = load(path)
-    if required is not None:
-        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu)
-        rep["problems"] = evidence.problems(rep)
-        rep["green"] = not rep["problems"]
+@functools.cache
+def _docs() -> dict[str, tuple[str, dict[str, str]]]:
+    """module -> (its concern, {check name: sentence}) from the validators' own docstrings."""
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    try:
+        vdir = paths.validators()
+    except FatalError:
+        return out
+    for f in sorted(vdir.glob("test_*.py")):
+        try:
+            tree = ast.parse(f.read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        concern = " ".join((ast.get_docstring(tree) or "").split("\n\n")[0].split())
+        checks = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_"):
+                doc = " ".join((ast.get_docstring(node) or "").split())
+                checks[node.name] = doc.split(". ")[0].rstrip(".") if doc else ""
+        out[f.stem] = (concern, checks)
+    return out
+
+
+def concern(module: str) -> str:
+    return _docs().get(module, ("", {}))[0] or module.removeprefix("test_").replace("_", " ")
+
+
+def sentence(module: str, name: str) -> str:
+    base = name.split("[", 1)[0]
+    said = _docs().get(module, ("", {}))[1].get(base)
+    words = said or base.removeprefix("test_").replace("_", " ")
+    return words + (f" ({name[len(base) + 1:-1]})" if "[" in name else "")
+
+
+def _host(rep: dict) -> str:
+    facts = rep.get("facts", {})
+    drv = facts.get("driver") or {}
+    names = [g.get("name") for g in drv.get("gpus") or [] if g.get("name")] or (facts.get("gpu_count") or {}).get("names") or []
+    machine = (rep.get("run") or {}).get("machine") or "?"
+    where = f"{rep.get('host') or '?'} on {machine}"
+    if not names:
+        return f"no GPU ({where})"
+    counted = ", ".join(f"{n} x{k}" for n, k in collections.Counter(names).items())
+    return f"{counted}, driver {drv.get('driver') or '?'} ({where})"
+
+
+def _date(rep: dict) -> str:
+    finished = (rep.get("run") or {}).get("finished")
+    if finished:
+        return finished
+    started = rep.get("started")
+    if isinstance(started, int | float):
+        return dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
+    return "unknown"
+
+
+def markdown(rep: dict) -> str:
+    checks = rep.get("checks", [])
+    count = collections.Counter(c["outcome"] for c in checks)
+    facts, ev, run = rep.get("facts", {}), rep.get("evidence") or {}, rep.get("run") or {}
+    image = facts.get("image_id") or rep.get("image") or "none (a host was checked)"
+    digests = ", ".join(facts.get("repo_digests") or []) or "not pushed yet"
+    required = f" ({len(ev.get('required') or [])} required)" if ev else ""
+    lines = [
+        f"### gpuforge validation: {rep.get('target')}",
+        "",
+        f"**Verdict:** {verdict(rep)}",
+        "",
+        f"- **Target:** {rep.get('target')}",
+        f"- **Image:** `{image}` (registry digests: {digests})",
+        f"- **gpuforge:** {run.get('gpuforge_version') or ev.get('gpuforge_version') or '?'}, "
+        f"git revision {run.get('revision') or 'unknown'}",
+        f"- **Date:** {_date(rep)}",
+        f"- **Host:** {_host(rep)}",
+        f"- **Checks:** {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped "
+        f"of {len(checks)}{required} in {rep.get('seconds', 0):.1f} s",
+        "",
+    ]
+    probs = rep.get("problems") if ev else None
+    if probs:
+        lines += ["**Why it is not evidence:**", *[f"- {p}" for p in probs], ""]
+    by_module: dict[str, list[dict]] = collections.defaultdict(list)
+    for c in checks:
+        by_module[c["module"]].append(c)
+    lines += ["#### What was proven", ""]
+    proven = [(m, cs) for m, cs in by_module.items() if any(c["outcome"] == "passed" for c in cs)]
+    for m, cs in proven:
+        passed = [c for c in cs if c["outcome"] == "passed"]
+        lines.append(f"- **{concern(m)}** ({len(passed)} of {len(cs)} passed)")
+        lines += [f"  - {sentence(m, c['name'])}" for c in passed]
+    if not proven:
+        lines.append("- nothing: no check passed")
+    failed = [c for c in checks if c["outcome"] == "failed"]
+    if failed:
+        lines += ["", "#### What failed", ""]
+        lines += [f"- {concern(c['module'])}: {sentence(c['module'], c['name'])}: "
+                  f"{' '.join((c.get('message') or '').split())[:200]}" for c in failed]
+    skipped = collections.Counter(evidence.skip_reason(c) or "no reason given" for c in checks if c["outcome"] == "skipped")
+    lines += ["", "#### What was skipped, and why", ""]
+    if skipped:
+        for why, n in skipped.most_common():
+            mods = sorted({c["module"] for c in checks if c["outcome"] == "skipped"
+                           and (evidence.skip_reason(c) or "no reason given") == why})
+            lines.append(f"- {n} x {why} ({', '.join(mods)})")
     else:
-        rep["green"] = False  # no required set: not evidence
-    Path(path).write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
-    md = markdown(rep)
-    Path(path).with_suffix(".md").write_text(md)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a") as f:
-            f.write(md + "\n")
-    return md
+        lines.append("- nothing skipped")
+    lines += ["", "#### What was not checked", ""]
+    not_checked = []
+    if ev and evidence.problems(rep, require_gpu=True) and not any(
+            c["outcome"] == "passed" and c["module"] == "test_gpu_smoke" for c in checks):
+        not_checked.append("the GPU: no GPU check ran (`gpuforge validate --gpu` on a GPU runner); prod needs one")
+    if ev.get("missing"):
+        not_checked.append(f"{len(ev['missing'])} required check(s) not run: " + ", ".join(ev["missing"][:10])
+                           + (", ..." if len(ev["missing"]) > 10 else ""))
+    deselected = (rep.get("selection") or {}).get("deselected") or []
+    if deselected:
+        not_checked.append(f"{len(deselected)} check(s) deselected by the run's arguments")
+    if not ev:
+        not_checked.append("the image as evidence: a host check has no required set and never promotes")
+    lines += [f"- {n}" for n in not_checked] or ["- nothing: every required check ran"]
+    lines += ["", "<details><summary>Every check</summary>", "", "| check | result | seconds | note |", "|---|---|---|---|"]
+    for c in checks:
+        note = (c.get("message") or "").replace("\n", " ").replace("|", "\\|")[:160]
+        lines.append(f"| {c['module']}::{c['name']} | {c['outcome']} | {c.get('seconds', 0):.2f} | {note} |")
+    lines += ["", "</details>"]
+    versions = facts.get("versions")
+    if versions:
+        lines += ["", "versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
+    return "\n".join(lines) + "\n"

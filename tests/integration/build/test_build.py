@@ -225,7 +225,7 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
     # a step that is never cached (unique per run) and slow enough to be interrupted
     df.write_text(df.read_text().replace("\nEXPOSE 22 8888", f"\nRUN echo {uuid.uuid4().hex} && sleep 120\nEXPOSE 22 8888"))
     code = (
-        "import dataclasses, sys; from pathlib import Path; from gpuforge import build; from gpuforge.plan.matrix import load_matrix\n"
+        "import dataclasses, sys; from pathlib import Path; from gpuforge.build import runner as build; from gpuforge.plan.matrix import load_matrix\n"
         "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
         f"build.build_targets([t], build.BuildOptions(context_root=Path({str(ctx)!r}), progress='plain', "
         f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r})))\n")

@@ -1,0 +1,81 @@
+"""The shapes of the state files, checked on every read and every write (pydantic).
+
+A file carries `schema_version`; this gpuforge reads SCHEMA_VERSION and the unversioned files of
+earlier releases (version 0: builds.json as a bare {target id: record} mapping), and refuses newer ones.
+Unknown fields are refused, so a typo or a hand edit is found where it happens, not three steps later.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+_STRICT = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class BuildRecord(BaseModel):
+    """A target's last successful build, and what validate and push learnt about that image since."""
+
+    model_config = _STRICT
+
+    image_id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")  # the engine's image id (config digest)
+    tags: list[str] = []
+    size: int = 0
+    seconds: float = 0.0
+    driver: str | None = None  # buildx | classic
+    client: str | None = None
+    log: str | None = None
+    recipe: str | None = None
+    extra_ca: str | None = None
+    revision: str | None = None  # the checkout's git revision the image was built from
+    built_at: str | None = None
+    # validate: the report files and the digest of what they held when written (promote compares)
+    report: str | None = None
+    report_digest: str | None = None
+    gpu_report: str | None = None
+    gpu_report_digest: str | None = None
+    # push: the registry manifest digest and the reference it was pushed as
+    digest: str | None = None
+    pushed_ref: str | None = None
+
+
+class BuildsFile(BaseModel):
+    """builds.json."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    builds: dict[str, BuildRecord] = {}
+
+
+class PromotionRecord(BaseModel):
+    """One promotion of a digest to an environment: written as `intent` before the first tag copy and as
+    `done` (or `rolled-back`) after, so an interrupted one names exactly the tags it moved. The promotion
+    logic (publish/) owns when each is written; this is its typed, atomically written home."""
+
+    model_config = _STRICT
+
+    id: str = Field(min_length=1)  # unique per promotion (e.g. run id + target)
+    target: str = Field(min_length=1)
+    env: Literal["dev", "prod"]
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    tags_planned: list[str] = []
+    tags_moved: list[str] = []
+    previous: dict[str, str | None] = {}  # tag -> digest it pointed at before (None: it did not exist)
+    state: Literal["intent", "done", "rolled-back"] = "intent"
+    run_id: str = Field(min_length=1)
+    revision: str | None = None
+    gpu_waived: bool = False  # prod promoted without GPU evidence, by an explicit flag
+    time: str = Field(min_length=1)  # ISO 8601 UTC, when this state was written
+
+
+class PromotionsFile(BaseModel):
+    """promotions.json: every promotion this state dir made, oldest first."""
+
+    model_config = _STRICT
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    promotions: list[PromotionRecord] = []
