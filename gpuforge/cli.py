@@ -31,9 +31,12 @@ def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
 def cmd_plan(args) -> int:
     m, targets = _targets(args, all_by_default=True)
     if args.json:
+        from gpuforge.plan import fleet
+
         defaults = {t.id for t in m.select(None)}
-        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults} for t in targets]
-        print(json.dumps({"include": rows}, sort_keys=True))
+        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
+                for t in targets]
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if args.pools else rows}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -45,8 +48,21 @@ def cmd_plan(args) -> int:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [f"{len(targets)} target(s) from {m.path}", line(cols), line("-" * w for w in widths), *map(line, rows)]
+    out += fleet_lines(m, targets)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def fleet_lines(m: Matrix, targets: list) -> list[str]:
+    """Per pool of matrix.yaml's fleet: what it validates and which targets it excludes (and by which entry)."""
+    from gpuforge.plan import fleet
+
+    out = []
+    for pool in fleet.pools_of(m):
+        runs = [t.id for t in targets if pool in t.pools]
+        out.append(f"pool {pool.describe()}: validates {len(runs)} target(s)")
+        out += [f"  excluded: {t.id} (by {t.excluded_from[pool.name]!r})" for t in targets if pool.name in t.excluded_from]
+    return out
 
 
 def cmd_generate(args) -> int:
@@ -221,6 +237,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add("plan", cmd_plan, "print the expanded targets")
     p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
+    p.add_argument("--pools", action="store_true", help="with --json: one row per (target, fleet pool) for GPU jobs")
     p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)

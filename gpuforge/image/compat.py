@@ -245,6 +245,16 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool | None = False, c
     )
 
 
+def gpu_models() -> list[str]:
+    """The GPU models whose compute capability the data knows (a fleet pool names one of these)."""
+    return sorted(data()["gpu_capability"])
+
+
+def gpu_capability(model: str) -> str | None:
+    """The compute capability of a GPU model ("H200" -> "9.0"), or None for a model the data does not list."""
+    return data()["gpu_capability"].get(model)
+
+
 def datacenter_gpu(name: str, brand: str = "") -> bool:
     """Whether forward compatibility (cuda-compat) is allowed on this GPU: datacenter parts only."""
     fwd = data()["forward_compat"]
