@@ -214,6 +214,17 @@ def cmd_attest(args) -> int:
     return 0
 
 
+def cmd_cve_gate(args) -> int:
+    from gpuforge.publish import cve
+
+    t = load_matrix(Path(args.matrix)).by_id(args.target) if args.target else None
+    cve.gate([Path(p) for p in args.scans], allowlist=Path(args.allowlist) if args.allowlist else None, target=t,
+             severity=args.severity, max_db_age_hours=args.max_db_age_hours,
+             db_metadata=Path(args.db_metadata) if args.db_metadata else None, sbom=Path(args.sbom) if args.sbom else None,
+             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=args.key, registry=args.registry)
+    return 0
+
+
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
@@ -293,6 +304,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
+    p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
+            "exit 8 when red (docs/cve.md)", selectors=False)
+    from gpuforge.publish.cve import DEFAULT_MAX_DB_AGE_HOURS, SEVERITIES
+    p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
+    p.add_argument("--allowlist", default=os.environ.get("GPUFORGE_CVE_ALLOWLIST"),
+                   help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by (env GPUFORGE_CVE_ALLOWLIST)")
+    p.add_argument("--target", help="target id: its own allowlist entries apply, and its pushed digest is the subject")
+    p.add_argument("--severity", choices=SEVERITIES, default=os.environ.get("GPUFORGE_CVE_SEVERITY", "HIGH"),
+                   help="lowest severity counted (env GPUFORGE_CVE_SEVERITY; default HIGH)")
+    p.add_argument("--max-db-age-hours", type=float,  # a string default goes through type=: a bad env value is exit 2
+                   default=os.environ.get("GPUFORGE_CVE_MAX_DB_AGE_HOURS") or str(DEFAULT_MAX_DB_AGE_HOURS),
+                   help="a database older than this fails the gate (env GPUFORGE_CVE_MAX_DB_AGE_HOURS)")
+    p.add_argument("--db-metadata", help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)")
+    p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
+    p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
+    p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (env GPUFORGE_COSIGN_KEY)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 

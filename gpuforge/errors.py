@@ -47,3 +47,9 @@ class PromotionRefused(FatalError):
     """Promotion was refused; every tag was left as it was."""
 
     return_code = 7
+
+
+class CveGateRed(FatalError):
+    """The CVE gate's verdict is red: counted findings, expired exceptions, unaudited packages or a stale database."""
+
+    return_code = 8
