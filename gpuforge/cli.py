@@ -225,6 +225,26 @@ def cmd_cve_gate(args) -> int:
     return 0
 
 
+def cmd_outdated(args) -> int:
+    from gpuforge.publish import attest, outdated
+
+    m, targets = _targets(args, all_by_default=True)
+    lock = outdated.lock_path(m.path)
+    if args.write_base_lock:
+        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock))} pulled base(s))")
+        return 0
+    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock))
+    if args.images:
+        found += outdated.security(targets)
+    if args.prod:
+        verifier = attest.Verifier.from_env(args.key)
+        if verifier is None:
+            raise ConfigError("--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY")
+        found += outdated.prod_cve(targets, registry=args.registry, verifier=verifier)
+    sys.stdout.write(outdated.report(found, as_json=args.json))
+    return 0
+
+
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
@@ -322,6 +342,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (env GPUFORGE_COSIGN_KEY)")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p = add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
+            "security updates in built images, red prod CVE verdicts")
+    p.add_argument("--json", action="store_true", help='print {"findings": [{kind, subject, detail}]}')
+    p.add_argument("--images", action="store_true", help="run apt-get -s upgrade (security pocket) in each built image")
+    p.add_argument("--prod", action="store_true", help="check each prod digest's newest signed CVE verdict")
+    p.add_argument("--write-base-lock", action="store_true", help="record each pulled base's current digest in bases.lock")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key (--prod)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 
