@@ -239,7 +239,8 @@ def cmd_outdated(args) -> int:
     if args.prod:
         verifier = attest.Verifier.from_env(args.key)
         if verifier is None:
-            raise ConfigError("--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY")
+            msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
+            raise ConfigError(msg)
         found += outdated.prod_cve(targets, registry=args.registry, verifier=verifier)
     sys.stdout.write(outdated.report(found, as_json=args.json))
     return 0
