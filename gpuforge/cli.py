@@ -246,6 +246,34 @@ def cmd_outdated(args) -> int:
     return 0
 
 
+def _verifier(key: str | None):
+    from gpuforge.publish import attest
+
+    v = attest.Verifier.from_env(key)
+    if v is None:
+        msg = "no way to verify the signed evidence: --key cosign.pub, GPUFORGE_COSIGN_PUBLIC_KEY, or keyless identity"
+        raise ConfigError(msg)
+    return v
+
+
+def cmd_support(args) -> int:
+    from gpuforge.publish import support
+
+    m, targets = _targets(args, all_by_default=True)
+    sys.stdout.write(support.support_cli(m, targets, fmt=args.format, registry=args.registry, verifier=_verifier(args.key)))
+    return 0
+
+
+def cmd_release_notes(args) -> int:
+    from gpuforge.publish import support
+
+    m, targets = _targets(args)
+    sys.stdout.write(support.notes_cli(m, targets, fmt=args.format, registry=args.registry, verifier=_verifier(args.key),
+                                       digest=args.digest, previous=args.previous, output=args.output,
+                                       sign=args.attest, sign_key=args.sign_key))
+    return 0
+
+
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
@@ -351,6 +379,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--write-base-lock", action="store_true", help="record each pulled base's current digest in bases.lock")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key (--prod)")
+    p = add("support", cmd_support, "table of prod digests x fleet pools -> signed GPU evidence (date, result)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
+    p = add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--digest", help="sha256:... (default: the prod tag's digest)")
+    p.add_argument("--previous", help="the previous prod digest, for the size change")
+    p.add_argument("--output", help="write <target>/release-notes.{json,md} under this folder")
+    p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
+    p.add_argument("--sign-key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (--attest)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 

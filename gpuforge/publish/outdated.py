@@ -213,7 +213,7 @@ def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
 
 def report(findings: list[Finding], *, as_json: bool) -> str:
     if as_json:
-        return json.dumps({"findings": [asdict(f) for f in findings]}, indent=2, sort_keys=True) + "\n"
+        return json.dumps({"findings": [asdict(f) for f in findings]}, sort_keys=True) + "\n"  # one line: `| tail -n 1`
     if not findings:
         return "gpuforge: outdated: nothing moved upstream\n"
     return "".join(f"{f.line()}\n" for f in findings)

@@ -22,13 +22,18 @@ def _epoch(iso: str | None) -> float | None:
     return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def covers(pool, pred: dict, *, built_at: str | None = None) -> str | None:
-    """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build; else why not."""
+def covers(pool, pred: dict, *, built_at: str | None = None, image_id: str | None = None) -> str | None:
+    """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build, made by this
+    checkout's validator set (for `image_id`, when given); else why not."""
     if not isinstance(pred, dict) or not pred.get("gpu"):
         return "not a GPU report"
     probs = evidence.problems(pred, require_gpu=True)
     if probs:
         return f"not green ({probs[0]})"
+    if (pred.get("evidence") or {}).get("validator_set") != evidence.validator_set_hash():
+        return "made by another validator set"
+    if image_id and (pred.get("evidence") or {}).get("image_id") != image_id:
+        return f"for image {str(pred['evidence'].get('image_id'))[:19]}, not {image_id[:19]}"
     host = (pred.get("evidence") or {}).get("gpu_host") or {}
     if host.get("gpu_models") != [pool.model]:
         return f"ran on {', '.join(host.get('gpu_names') or ['unknown GPUs'])}, not {pool.model}"
@@ -42,17 +47,19 @@ def covers(pool, pred: dict, *, built_at: str | None = None) -> str | None:
     return None
 
 
-def pools_missing(target, attestations: list[dict], *, built_at: str | None = None) -> list[str]:
+def pools_missing(target, attestations: list[dict], *, built_at: str | None = None,
+                  image_id: str | None = None) -> list[str]:
     """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) that no attestation in
     `attestations` (verified GPU validation predicates of this digest) covers, in the fleet's order."""
-    return [p.name for p in target.pools if not any(covers(p, a, built_at=built_at) is None for a in attestations)]
+    return [p.name for p in target.pools
+            if not any(covers(p, a, built_at=built_at, image_id=image_id) is None for a in attestations)]
 
 
-def why_missing(target, attestations: list[dict], *, built_at: str | None = None) -> str:
-    """One phrase per missing pool: its description and the nearest attestation's reason (for the refusal)."""
+def why_missing(target, attestations: list[dict], *, built_at: str | None = None, image_id: str | None = None) -> str:
+    """One phrase per missing pool: its description and the last attestation's reason (for the refusal)."""
     out = []
     for p in target.pools:
-        reasons = [covers(p, a, built_at=built_at) for a in attestations]
+        reasons = [covers(p, a, built_at=built_at, image_id=image_id) for a in attestations]
         if None in reasons:
             continue
         out.append(f"{p.describe()}: " + (reasons[-1] if reasons else "no GPU attestation"))
@@ -71,10 +78,11 @@ def check(t, *, ref: str, record: dict, verifier) -> None:
     if t.pools:
         preds = [p for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
                  if isinstance(p, dict) and p.get("gpu")]
-        missing = pools_missing(t, preds, built_at=record.get("built_at"))
+        kw = {"built_at": record.get("built_at"), "image_id": record.get("image_id")}
+        missing = pools_missing(t, preds, **kw)
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
-                   f"({why_missing(t, preds, built_at=record.get('built_at'))}); run the GPU validation on each "
+                   f"({why_missing(t, preds, **kw)}); run the GPU validation on each "
                    "(images.yml's gpu job) and `gpuforge attest --gpu`")
     if os.environ.get("GPUFORGE_PROD_REQUIRE_CVE") == "1":
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
