@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 
 from gpuforge.image import compat
@@ -222,6 +223,10 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
     from gpuforge.plan import fleet
     from gpuforge.publish import attest, promote
 
+    for flag, value in (("--digest", digest), ("--previous", previous)):
+        if value is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
+            msg = f"{flag}: {value[:80]!r} is not a digest (sha256:<64 hex>)"
+            raise ConfigError(msg)
     pools = fleet.pools_of(m)
     out = []
     for t in targets:
