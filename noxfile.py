@@ -141,9 +141,9 @@ def clean(session: nox.Session) -> None:
 
 @nox.session(python=PY, name="fleet")
 def fleet(session: nox.Session) -> None:
-    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes ...` (docs/fleet.md, docs/cve.md)."""
+    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms ...` (docs/fleet.md, docs/cve.md)."""
     _install(session)
-    allowed = ("cve-gate", "outdated", "support", "release-notes")
+    allowed = ("cve-gate", "outdated", "support", "release-notes", "prod-sboms")
     if not session.posargs or session.posargs[0] not in allowed:
         session.error(f"nox -s fleet -- COMMAND ...: COMMAND is one of {', '.join(allowed)}")
     session.run("gpuforge", *session.posargs)

@@ -221,7 +221,16 @@ def cmd_cve_gate(args) -> int:
     cve.gate([Path(p) for p in args.scans], allowlist=Path(args.allowlist) if args.allowlist else None, target=t,
              severity=args.severity, max_db_age_hours=args.max_db_age_hours,
              db_metadata=Path(args.db_metadata) if args.db_metadata else None, sbom=Path(args.sbom) if args.sbom else None,
-             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=args.key, registry=args.registry)
+             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=args.key, registry=args.registry,
+             digest=args.digest)
+    return 0
+
+
+def cmd_prod_sboms(args) -> int:
+    from gpuforge.publish import cve
+
+    m, targets = _targets(args, all_by_default=True)
+    cve.write_prod_sboms(targets, registry=args.registry, verifier=_verifier(args.key), out=Path(args.output))
     return 0
 
 
@@ -369,8 +378,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
     p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
     p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
+    p.add_argument("--digest", help="the digest scanned, when not this machine's push (a prod re-scan)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (env GPUFORGE_COSIGN_KEY)")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p = add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
+    p.add_argument("--output", required=True, help="writes OUTPUT/<target>/sbom.cdx.json and OUTPUT/<target>/digest")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
     p = add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
             "security updates in built images, red prod CVE verdicts")
     p.add_argument("--json", action="store_true", help='print {"findings": [{kind, subject, detail}]}')

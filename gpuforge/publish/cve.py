@@ -371,7 +371,8 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
 
 def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
-         output: Path | None = None, attest_key: str | None = None, sign: bool = False, registry: str | None = None) -> dict:
+         output: Path | None = None, attest_key: str | None = None, sign: bool = False, registry: str | None = None,
+         digest: str | None = None) -> dict:
     """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it when asked.
     Raises CveGateRed (exit 8) when red — after writing and signing, so a red verdict is evidence too."""
     from gpuforge.state import records
@@ -384,9 +385,14 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         raise ConfigError(msg)
     allow = load_allowlist(allowlist) if allowlist else Allowlist()
     read = [read_scan(p, db_metadata=db_metadata if i == 0 else None) for i, p in enumerate(scans)]
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
+        raise ConfigError(msg)
     subject = {}
     rec = records.get(target.id) if target else None
-    if rec and rec.get("digest"):
+    if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
+        subject = {"digest": digest}
+    elif rec and rec.get("digest"):
         subject = {"digest": rec["digest"], "image_id": rec.get("image_id"), "ref": rec.get("pushed_ref")}
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
@@ -402,7 +408,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
-        _sign(target, output, attest_key, registry)
+        _sign(target, output, attest_key, registry, subject.get("digest"))
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
           f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
@@ -412,18 +418,42 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None) -> None:
+def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None, digest: str | None) -> None:
     from gpuforge.publish import attest, promote
-    from gpuforge.state import records
 
     if target is None or verdict_path is None:
         msg = "--attest needs --target and --output (the verdict is signed onto the target's pushed digest)"
         raise ConfigError(msg)
-    rec = records.require(target.id)
-    if not rec.get("digest"):
-        msg = f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push {target.id}`)"
+    if not digest:
+        msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
+               f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
     host, repo, _ = promote.split_ref(promote.ref_for(target, registry))
-    ref = f"{host}/{repo}@{rec['digest']}"
+    ref = f"{host}/{repo}@{digest}"
     attest.attest(ref, verdict_path, CVE_TYPE, key=key)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
+
+
+def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> list[tuple[str, str]]:
+    """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
+    and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
+    from gpuforge.publish import attest, promote
+    from gpuforge.publish.registry import Registry
+
+    done = []
+    for t in targets:
+        host, repo, tag = promote.split_ref(promote.ref_for(t, registry))
+        m = Registry(host).manifest(repo, f"{tag}-prod")
+        if m is None:
+            continue
+        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", "cyclonedx", verifier)
+        if not boms:
+            print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
+            continue
+        d = out / t.id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "sbom.cdx.json").write_text(json.dumps(boms[-1], indent=2) + "\n")
+        (d / "digest").write_text(m.digest + "\n")
+        done.append((t.id, m.digest))
+        print(f"gpuforge: wrote {d / 'sbom.cdx.json'} (prod {m.digest})")
+    return done
