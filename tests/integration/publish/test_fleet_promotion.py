@@ -90,21 +90,21 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     attest.attest(fleet["ref"], path, attest.VALIDATION_TYPE, key=fleet["key"])
 
 
-def _green_cve_verdict(fleet) -> Path:
-    """The gate run on the recorded Trivy fixture (fresh DB), with its paste-ready entries in the allowlist."""
+def _sign_green_cve_verdict(fleet, capsys) -> None:
+    """`gpuforge cve-gate --attest` on the recorded Trivy fixture (a fresh DB), its paste-ready entries in the
+    allowlist: the verdict is signed onto the pushed digest."""
     fx = Path(__file__).parents[2] / "unit" / "fixtures" / "cve"
     meta = fleet["dir"] / "trivy-version.json"
     fresh = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).isoformat()
     meta.write_text(json.dumps({"Version": "0.58.1", "VulnerabilityDB": {"Version": 2, "UpdatedAt": fresh}}))
     scan = cve.read_scan(fx / "trivy-default.json", db_metadata=meta)
-    red = cve.judge([scan], cve.Allowlist())
     allow = fleet["dir"] / "allow.yaml"
-    allow.write_text("global:\n" + cve.suggestions(red))
-    v = cve.judge([scan], cve.load_allowlist(allow), target=fleet["t"].id, subject={"digest": fleet["digest"]})
-    assert v["ok"], v["problems"]
-    path = fleet["dir"] / "cve.json"
-    path.write_text(json.dumps(v, indent=2) + "\n")
-    return path
+    allow.write_text("global:\n" + cve.suggestions(cve.judge([scan], cve.Allowlist())))
+    args = ["--matrix", str(fleet["matrix"]), "cve-gate", str(fx / "trivy-default.json"), "--db-metadata", str(meta),
+            "--sbom", str(fx / "sbom-default.cdx.json"), "--allowlist", str(allow), "--target", fleet["t"].id,
+            "--output", str(fleet["dir"] / "cve.json"), "--attest", "--key", fleet["key"], "--registry", fleet["host"]]
+    assert main(args) == 0, capsys.readouterr()
+    assert f"signed the verdict onto {fleet['ref']}" in capsys.readouterr().out
 
 
 def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(fleet, validated, monkeypatch, capsys):
@@ -122,7 +122,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     monkeypatch.setenv("GPUFORGE_PROD_REQUIRE_CVE", "1")
     with pytest.raises(PromotionRefused, match="no signed CVE verdict"):
         promote.promote_targets([t], env="prod", reports=reports)
-    attest.attest(fleet["ref"], _green_cve_verdict(fleet), cve.CVE_TYPE, key=fleet["key"])
+    _sign_green_cve_verdict(fleet, capsys)
     [res] = promote.promote_targets([t], env="prod", reports=reports)
     assert res["digest"] == fleet["digest"] and f"{t.tag}-prod" in res["moved"]
 
@@ -154,3 +154,10 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     signed = attest.verified_predicates(fleet["ref"], "https://gpuforge.dev/attestations/release-notes/v1",
                                         attest.Verifier(key=str(fleet["dir"] / "k.pub")))
     assert signed and signed[0]["digest"] == fleet["digest"]
+
+    # the nightly re-scan's input: the prod digest's signed SBOM, verified, without pulling the image
+    assert main([*m, "prod-sboms", *sel, "--output", str(fleet["dir"] / "rescan")]) == 0
+    got = fleet["dir"] / "rescan" / t.id
+    assert (got / "digest").read_text().strip() == fleet["digest"]
+    local = json.loads((validated["reports"] / t.id / "sbom.cdx.json").read_text())
+    assert json.loads((got / "sbom.cdx.json").read_text())["components"] == local["components"]
