@@ -64,7 +64,7 @@ def fleet(validated, tmp_path_factory):
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(d / "k")], check=True, capture_output=True)
     mp.setenv("GPUFORGE_COSIGN_PUBLIC_KEY", str(d / "k.pub"))
     text = (ROOT / "matrix.yaml").read_text()
-    (d / "matrix.yaml").write_text(text[: text.index("\nfleet:")] + FLEET)
+    (d / "matrix.yaml").write_text(text.partition("\n# fleet:\n")[0] + FLEET)  # the shipped example left out
     m = load_matrix(d / "matrix.yaml")
     t0 = m.by_id(validated["target"].id)
     t = dataclasses.replace(t0, tags=(f"{reg.host}/gpuforge/pytorch:{t0.tag}",), registry=reg.host,

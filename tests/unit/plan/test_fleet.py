@@ -75,7 +75,15 @@ def test_the_driver_floor_comes_from_the_compat_data(tmp_path, capsys):
     assert load_matrix(p).targets  # at the floor: minor-version compatibility runs it
 
 
-def test_the_committed_matrix_declares_the_h200_pool_that_validates_the_default():
-    m = load_matrix()
-    (t,) = m.select(None)
+def test_the_committed_matrix_fleet_example_uncommented_gives_the_default_the_h200_pool(tmp_path):
+    """matrix.yaml ships the fleet commented out (declared, every prod promotion needs its evidence)."""
+    from conftest import ROOT
+
+    text = (ROOT / "matrix.yaml").read_text()
+    assert "fleet:" not in [line.strip() for line in text.splitlines()]  # not declared by default
+    head, _, example = text.partition("\n# fleet:\n")
+    assert example, "matrix.yaml should carry a commented `# fleet:` example"
+    block = "\n".join(line.removeprefix("# ") for line in example.splitlines())
+    (tmp_path / "matrix.yaml").write_text(head + "\nfleet:\n" + block + "\n")
+    (t,) = load_matrix(tmp_path / "matrix.yaml").select(None)
     assert [(p.name, p.model, p.capability) for p in t.pools] == [("h200", "H200", compat.gpu_capability("H200"))]
