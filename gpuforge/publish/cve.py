@@ -29,6 +29,7 @@ from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned, load
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
+CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
 SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")  # ascending; Grype's words upper-cased
 DEFAULT_SEVERITY = "HIGH"
 DEFAULT_MAX_DB_AGE_HOURS = 72
@@ -446,7 +447,7 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
         m = Registry(host).manifest(repo, f"{tag}-prod")
         if m is None:
             continue
-        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", "cyclonedx", verifier)
+        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", CYCLONEDX_TYPE, verifier)
         if not boms:
             print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
             continue

@@ -126,6 +126,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     [res] = promote.promote_targets([t], env="prod", reports=reports)
     assert res["digest"] == fleet["digest"] and f"{t.tag}-prod" in res["moved"]
 
+    capsys.readouterr()  # what promotion printed
     # gpuforge support: the prod digest x the three pools, from the registry's signed statements
     m = ["--matrix", str(fleet["matrix"])]
     sel = [t.id, "--registry", fleet["host"]]
