@@ -137,3 +137,13 @@ def clean(session: nox.Session) -> None:
     """Remove containers left by a crashed run."""
     _install(session)
     session.run("gpuforge", "clean")
+
+
+@nox.session(python=PY, name="fleet")
+def fleet(session: nox.Session) -> None:
+    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms ...` (docs/fleet.md, docs/cve.md)."""
+    _install(session)
+    allowed = ("cve-gate", "outdated", "support", "release-notes", "prod-sboms")
+    if not session.posargs or session.posargs[0] not in allowed:
+        session.error(f"nox -s fleet -- COMMAND ...: COMMAND is one of {', '.join(allowed)}")
+    session.run("gpuforge", *session.posargs)

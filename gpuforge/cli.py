@@ -31,9 +31,12 @@ def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
 def cmd_plan(args) -> int:
     m, targets = _targets(args, all_by_default=True)
     if args.json:
+        from gpuforge.plan import fleet
+
         defaults = {t.id for t in m.select(None)}
-        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults} for t in targets]
-        print(json.dumps({"include": rows}, sort_keys=True))
+        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
+                for t in targets]
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if args.pools else rows}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -45,8 +48,21 @@ def cmd_plan(args) -> int:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [f"{len(targets)} target(s) from {m.path}", line(cols), line("-" * w for w in widths), *map(line, rows)]
+    out += fleet_lines(m, targets)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def fleet_lines(m: Matrix, targets: list) -> list[str]:
+    """Per pool of matrix.yaml's fleet: what it validates and which targets it excludes (and by which entry)."""
+    from gpuforge.plan import fleet
+
+    out = []
+    for pool in fleet.pools_of(m):
+        runs = [t.id for t in targets if pool in t.pools]
+        out.append(f"pool {pool.describe()}: validates {len(runs)} target(s)")
+        out += [f"  excluded: {t.id} (by {t.excluded_from[pool.name]!r})" for t in targets if pool.name in t.excluded_from]
+    return out
 
 
 def cmd_generate(args) -> int:
@@ -198,6 +214,75 @@ def cmd_attest(args) -> int:
     return 0
 
 
+def cmd_cve_gate(args) -> int:
+    from gpuforge.publish import cve
+
+    t = load_matrix(Path(args.matrix)).by_id(args.target) if args.target else None
+    cve.gate([Path(p) for p in args.scans], allowlist=Path(args.allowlist) if args.allowlist else None, target=t,
+             severity=args.severity, max_db_age_hours=args.max_db_age_hours,
+             db_metadata=Path(args.db_metadata) if args.db_metadata else None, sbom=Path(args.sbom) if args.sbom else None,
+             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=args.key, registry=args.registry,
+             digest=args.digest)
+    return 0
+
+
+def cmd_prod_sboms(args) -> int:
+    from gpuforge.publish import cve
+
+    m, targets = _targets(args, all_by_default=True)
+    cve.write_prod_sboms(targets, registry=args.registry, verifier=_verifier(args.key), out=Path(args.output))
+    return 0
+
+
+def cmd_outdated(args) -> int:
+    from gpuforge.publish import attest, outdated
+
+    m, targets = _targets(args, all_by_default=True)
+    lock = outdated.lock_path(m.path)
+    if args.write_base_lock:
+        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock))} pulled base(s))")
+        return 0
+    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock))
+    if args.images:
+        found += outdated.security(targets)
+    if args.prod:
+        verifier = attest.Verifier.from_env(args.key)
+        if verifier is None:
+            msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
+            raise ConfigError(msg)
+        found += outdated.prod_cve(targets, registry=args.registry, verifier=verifier)
+    sys.stdout.write(outdated.report(found, as_json=args.json))
+    return 0
+
+
+def _verifier(key: str | None):
+    from gpuforge.publish import attest
+
+    v = attest.Verifier.from_env(key)
+    if v is None:
+        msg = "no way to verify the signed evidence: --key cosign.pub, GPUFORGE_COSIGN_PUBLIC_KEY, or keyless identity"
+        raise ConfigError(msg)
+    return v
+
+
+def cmd_support(args) -> int:
+    from gpuforge.publish import support
+
+    m, targets = _targets(args, all_by_default=True)
+    sys.stdout.write(support.support_cli(m, targets, fmt=args.format, registry=args.registry, verifier=_verifier(args.key)))
+    return 0
+
+
+def cmd_release_notes(args) -> int:
+    from gpuforge.publish import support
+
+    m, targets = _targets(args)
+    sys.stdout.write(support.notes_cli(m, targets, fmt=args.format, registry=args.registry, verifier=_verifier(args.key),
+                                       digest=args.digest, previous=args.previous, output=args.output,
+                                       sign=args.attest, sign_key=args.sign_key))
+    return 0
+
+
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
@@ -221,6 +306,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add("plan", cmd_plan, "print the expanded targets")
     p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
+    p.add_argument("--pools", action="store_true", help="with --json: one row per (target, fleet pool) for GPU jobs")
     p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
@@ -276,6 +362,50 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
+    p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
+            "exit 9 when red (docs/cve.md)", selectors=False)
+    from gpuforge.publish.cve import DEFAULT_MAX_DB_AGE_HOURS, SEVERITIES
+    p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
+    p.add_argument("--allowlist", default=os.environ.get("GPUFORGE_CVE_ALLOWLIST"),
+                   help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by (env GPUFORGE_CVE_ALLOWLIST)")
+    p.add_argument("--target", help="target id: its own allowlist entries apply, and its pushed digest is the subject")
+    p.add_argument("--severity", choices=SEVERITIES, default=os.environ.get("GPUFORGE_CVE_SEVERITY", "HIGH"),
+                   help="lowest severity counted (env GPUFORGE_CVE_SEVERITY; default HIGH)")
+    p.add_argument("--max-db-age-hours", type=float,  # a string default goes through type=: a bad env value is exit 2
+                   default=os.environ.get("GPUFORGE_CVE_MAX_DB_AGE_HOURS") or str(DEFAULT_MAX_DB_AGE_HOURS),
+                   help="a database older than this fails the gate (env GPUFORGE_CVE_MAX_DB_AGE_HOURS)")
+    p.add_argument("--db-metadata", help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)")
+    p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
+    p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
+    p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
+    p.add_argument("--digest", help="the digest scanned, when not this machine's push (a prod re-scan)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (env GPUFORGE_COSIGN_KEY)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p = add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
+    p.add_argument("--output", required=True, help="writes OUTPUT/<target>/sbom.cdx.json and OUTPUT/<target>/digest")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
+    p = add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
+            "security updates in built images, red prod CVE verdicts")
+    p.add_argument("--json", action="store_true", help='print {"findings": [{kind, subject, detail}]}')
+    p.add_argument("--images", action="store_true", help="run apt-get -s upgrade (security pocket) in each built image")
+    p.add_argument("--prod", action="store_true", help="check each prod digest's newest signed CVE verdict")
+    p.add_argument("--write-base-lock", action="store_true", help="record each pulled base's current digest in bases.lock")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key (--prod)")
+    p = add("support", cmd_support, "table of prod digests x fleet pools -> signed GPU evidence (date, result)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
+    p = add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--digest", help="sha256:... (default: the prod tag's digest)")
+    p.add_argument("--previous", help="the previous prod digest, for the size change")
+    p.add_argument("--output", help="write <target>/release-notes.{json,md} under this folder")
+    p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
+    p.add_argument("--sign-key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help="cosign private key (--attest)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help="cosign public key")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 

@@ -55,3 +55,9 @@ class StateError(FatalError):
 
     return_code = 8
     errno: int | None = None
+
+
+class CveGateRed(FatalError):
+    """The CVE gate's verdict is red: counted findings, expired exceptions, unaudited packages or a stale database."""
+
+    return_code = 9

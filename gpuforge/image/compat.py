@@ -245,6 +245,32 @@ def driver_verdict(driver: str, cuda: str, *, datacenter: bool | None = False, c
     )
 
 
+def gpu_models() -> list[str]:
+    """The GPU models whose compute capability the data knows (a fleet pool names one of these)."""
+    return sorted(data()["gpu_capability"])
+
+
+def gpu_capability(model: str) -> str | None:
+    """The compute capability of a GPU model ("H200" -> "9.0"), or None for a model the data does not list."""
+    return data()["gpu_capability"].get(model)
+
+
+def gpu_model_of(name: str) -> str | None:
+    """The compat data's GPU model for an NVML device name ("NVIDIA H200" -> "H200"), or None: every word of the
+    model must be a word of the name, the longest model wins ("RTX 5090" needs both words).
+
+    >>> gpu_model_of("NVIDIA H200"), gpu_model_of("NVIDIA GeForce RTX 5090"), gpu_model_of("NVIDIA H20")
+    ('H200', 'RTX 5090', None)
+    """
+    words = re.split(r"[\s-]+", name.upper())
+    best = None
+    for model in data()["gpu_capability"]:
+        key = model.upper().split()
+        if all(k in words for k in key) and (best is None or len(key) > len(best.split())):
+            best = model
+    return best
+
+
 def datacenter_gpu(name: str, brand: str = "") -> bool:
     """Whether forward compatibility (cuda-compat) is allowed on this GPU: datacenter parts only."""
     fwd = data()["forward_compat"]

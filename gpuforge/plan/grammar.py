@@ -299,3 +299,35 @@ def placeholders(template: str, allowed, *, what: str, required=()) -> str:
         msg = f"{what} {template!r} must contain {', '.join('{' + r + '}' for r in missing)}"
         raise ValueError(msg)
     return template
+
+
+# --- the fleet (matrix.yaml `fleet:`): names that reach a workflow's `runs-on` and a job name
+POOL_NAME = r"[a-z0-9][a-z0-9-]{0,39}"  # a pool's key: goes into job names and artifact names
+RUNNER_LABEL = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"  # a GitHub Actions runner label (no spaces, no expressions)
+DRIVER_VERSION = r"[0-9]{2,4}\.[0-9]{1,3}(?:\.[0-9]{1,3})?"  # NVIDIA Linux driver: 580.159.04, 570.26
+CAPABILITY = r"[0-9]{1,2}\.[0-9]"  # CUDA compute capability: 9.0, 12.0
+_POOL_RE, _LABEL_RE, _DRIVER_RE, _CC_RE = map(_full, (POOL_NAME, RUNNER_LABEL, DRIVER_VERSION, CAPABILITY))
+
+
+def _matching(regex: re.Pattern, value: str, what: str, allowed: str) -> str:
+    _plain(value, what)
+    if not regex.match(value):
+        msg = f"{value!r} is not {what} ({allowed})"
+        raise ValueError(msg)
+    return value
+
+
+def pool_name(value: str) -> str:
+    return _matching(_POOL_RE, value, "a pool name", "lowercase letters, digits and -, at most 40, e.g. h200")
+
+
+def runner_label(value: str) -> str:
+    return _matching(_LABEL_RE, value, "a runner label", "letters, digits, . _ -, at most 100, e.g. self-hosted")
+
+
+def driver_version(value: str) -> str:
+    return _matching(_DRIVER_RE, value, "an NVIDIA driver version", "e.g. 580.159.04 or 570.26")
+
+
+def capability(value: str) -> str:
+    return _matching(_CC_RE, value, "a compute capability", "MAJOR.MINOR, e.g. 9.0")

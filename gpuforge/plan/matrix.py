@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from gpuforge.errors import ConfigError, SelectorError
 from gpuforge.image import compat
-from gpuforge.plan import grammar, selectors
+from gpuforge.plan import fleet, grammar, selectors
 from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
 from gpuforge.plan.schema import field as field_name
 from gpuforge.plan.yamlpos import Positioned, load
@@ -49,6 +49,8 @@ class Target:
     aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
     registry: str
     repository: str
+    pools: tuple = field(default=(), hash=False, compare=False)  # gpuforge.plan.fleet.Pool that validate it
+    excluded_from: dict = field(default_factory=dict, hash=False, compare=False)  # pool -> the exclude entry
 
     @property
     def image_name(self) -> str:
@@ -443,6 +445,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         ))
     if rows is not None:
         resolver.unused()
+    if spec.fleet:
+        targets = fleet.assign(spec, targets, problems)
     if not problems:
         _check_unique_tags(targets, problems)
         try:

@@ -159,6 +159,33 @@ class Axes(BaseModel):
     exclude: list[ExcludeEntry] = []
 
 
+# A fleet pool's GPU model: one the compat data knows (gpuforge.plan.fleet says which, with the nearest).
+GpuModel = Annotated[str, Field(json_schema_extra={"enum": compat.gpu_models()})]
+
+
+class Gpu(BaseModel):
+    """A pool's GPU: the model (a key of the compat data's gpu_capability) and its compute capability, which
+    must be the one the compat data gives that model (the data is the only source of GPU facts)."""
+
+    model_config = _strict
+    model: GpuModel
+    capability: _text(grammar.capability, grammar.CAPABILITY, "MAJOR.MINOR; must equal the compat data's for the model")
+
+
+class Pool(BaseModel):
+    """One node pool of the fleet: the GPU model, the driver(s) its nodes run, the runner labels that reach
+    it, how many GPUs one job gets, and the targets it is not meant to run (selectors)."""
+
+    model_config = _strict
+    gpu: Gpu
+    drivers: list[_text(grammar.driver_version, grammar.DRIVER_VERSION, "an NVIDIA Linux driver version")] = \
+        Field(min_length=1)
+    runs_on: list[_text(grammar.runner_label, grammar.RUNNER_LABEL, "a GitHub Actions runner label")] = \
+        Field(min_length=1)
+    gpus: int = Field(1, ge=1, le=64)
+    exclude: list[str] = []  # target selectors (as `overrides.select`) this pool does not validate
+
+
 class MatrixFile(BaseModel):
     model_config = _strict
     registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme, or empty") = "127.0.0.1:5000"
@@ -180,12 +207,13 @@ class MatrixFile(BaseModel):
     default: list[str] = Field(min_length=1)
     extra_ca: str | None = None
     gpu_request: Literal[GPU_REQUESTS] | None = None  # None: --gpu-request / GPUFORGE_GPU_REQUEST, else nvidia
+    fleet: dict[str, Pool] = {}  # pool name -> pool (gpuforge.plan.fleet checks every target against each)
 
 
 # What each model allows, for "did you mean" suggestions on unknown keys.
 _FIELDS = {
     m.__name__: tuple(m.model_fields)
-    for m in (Bootstrap, Base, Settings, Override, Axes, MatrixFile, IncludeEntry, ExcludeEntry)
+    for m in (Bootstrap, Base, Settings, Override, Axes, MatrixFile, IncludeEntry, ExcludeEntry, Gpu, Pool)
 }
 # Names pydantic puts into an error's loc that are schema branches, not keys of the file.
 _BRANCHES = {"str", "int", "float", "bool", "none", "list", "dict", "union", "nullable", "literal"}
@@ -235,6 +263,8 @@ def _allowed_at(loc: tuple) -> tuple[str, ...]:
         return _FIELDS["Override"]
     if head == "bases":
         return _FIELDS["Bootstrap"] if "bootstrap" in loc else _FIELDS["Base"]
+    if head == "fleet":
+        return _FIELDS["Gpu"] if "gpu" in loc[2:] else _FIELDS["Pool"]
     return ()
 
 
@@ -265,6 +295,7 @@ def json_schema() -> dict:
                 if info["family"] == "debian" else {"not": {"required": ["bootstrap"]}})
         per_os[name] = {"allOf": [base, rule]}
     schema["properties"]["bases"].update(propertyNames={"enum": compat.os_names()}, properties=per_os)
+    schema["properties"]["fleet"]["propertyNames"] = {"pattern": grammar.json_pattern(grammar.POOL_NAME)}
     return schema
 
 

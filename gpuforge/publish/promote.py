@@ -24,7 +24,7 @@ import docker.errors
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest
+from gpuforge.publish import attest, prod
 from gpuforge.publish.registry import Manifest, Registry, credentials
 from gpuforge.state import records
 from gpuforge.validate import evidence, report
@@ -169,6 +169,8 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
                    "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     for rep, what, g in locals_:
         _signed_report(t, f"{host}/{repo}@{digest}", rep, image_id, what, verifier, gpu=g)
+    if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (GPUFORGE_PROD_REQUIRE_CVE=1)
+        prod.check(t, ref=f"{host}/{repo}@{digest}", record=rec, verifier=verifier)
     tags = list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
     return _Plan(target=t, reg=reg, repo=repo, manifest=m, tags=tags, report=str(rpath))
 

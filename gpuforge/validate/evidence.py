@@ -14,11 +14,13 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 
 from gpuforge import __version__, paths
 from gpuforge.errors import FatalError
+from gpuforge.image import compat
 
 # (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
 # for. The "no GPU" reasons never count in a GPU run.
@@ -70,6 +72,23 @@ def stamp(rep: dict, *, required: tuple[str, ...], gpu: bool) -> dict:
         "gpuforge_version": __version__,
         "image_id": rep.get("facts", {}).get("image_id"),
         "repo_digests": rep.get("facts", {}).get("repo_digests", []),
+        **({"gpu_host": gpu_host(rep)} if gpu else {}),
+    }
+
+
+def gpu_host(rep: dict) -> dict:
+    """The GPU host a GPU run saw (from the driver facts the validators gather): what prod's per-pool check
+    matches a fleet pool against (gpuforge.publish.prod.pools_missing). The runner is the CI runner's name."""
+    drv = rep.get("facts", {}).get("driver") or {}
+    gpus = drv.get("gpus") or []
+    names = sorted({str(g.get("name", "")) for g in gpus})
+    return {
+        "gpu_names": names,
+        "gpu_models": sorted({compat.gpu_model_of(n) or "" for n in names}),
+        "capabilities": sorted({str(g.get("capability", "")) for g in gpus}),
+        "driver": drv.get("driver"),
+        "count": len(gpus),
+        "runner": os.environ.get("RUNNER_NAME") or socket.gethostname(),
     }
 
 

@@ -64,3 +64,25 @@ def test_images_build_step_takes_no_layers_from_a_movable_registry_tag():
     step = _build_step()
     assert "${{" not in step["run"]
     assert "--cache-from" not in step["run"] and "cache-from" not in str(step.get("with", ""))
+
+
+def test_images_workflow_validates_once_per_fleet_pool_on_its_runners():
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "images.yml").read_text())
+    gpu = doc["jobs"]["gpu"]
+    assert gpu["runs-on"] == "${{ matrix.runs_on }}" and gpu["strategy"]["matrix"] == "${{ fromJson(needs.plan.outputs.pools) }}"
+    assert any("--gpu" in s.get("run", "") and "validate" in s.get("run", "") for s in gpu["steps"])
+    assert any("attest" in s.get("run", "") and "--gpu" in s.get("run", "") for s in gpu["steps"])
+    assert "gpu" in doc["jobs"]["prod"]["needs"]
+    plan_run = next(s["run"] for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "plan")
+    assert "--json --pools $SELECTORS" in plan_run
+
+
+def test_watch_workflow_is_scheduled_pinned_and_opens_one_pr_per_set_of_findings():
+    text = (ROOT / ".github" / "workflows" / "watch.yml").read_text()
+    doc = yaml.safe_load(text)
+    assert doc[True]["schedule"]  # `on:` is YAML's boolean key
+    uses = [s["uses"] for j in doc["jobs"].values() for s in j["steps"] if "uses" in s]
+    assert uses and all(re.search(r"@[0-9a-f]{40}$", u) for u in uses)
+    run = "\n".join(s.get("run", "") for s in doc["jobs"]["outdated"]["steps"])
+    assert "outdated --images --prod --json" in run
+    assert 'branch="watch/outdated-$(sha256sum' in run and "gh pr list --state all --head" in run

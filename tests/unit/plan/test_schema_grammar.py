@@ -71,6 +71,12 @@ REFUSED = {
     "os-typo-grouped": "$.matrix.os[0]",
     "exclude-empty": "$.matrix.exclude[0]",
     "repository-too-long": "$.repository",
+    "fleet-unknown-gpu": "$.fleet.h300.gpu.model",
+    "fleet-runner-label-expression": "$.fleet.h200.runs_on[1]",
+    "fleet-pool-name": "$.fleet",
+    "fleet-driver-grammar": "$.fleet.h200.drivers[0]",
+    "fleet-gpus-zero": "$.fleet.h200.gpus",
+    "fleet-key-typo": "$.fleet.h200",
 }
 # Beyond a schema (YAML-level, cross-field or compat-data checks): only the loader refuses these.
 LOADER_ONLY = {
@@ -80,6 +86,8 @@ LOADER_ONLY = {
     "cuda-unquoted-12.10", "os-norway-no", "flavor-typo", "alias-bomb", "alias-recursive", "deep-nesting",
     "ten-megabytes", "axes-product-explosion", "selector-brace-bomb", "non-utf8-bytes", "control-character",
     "python-object-tag", "empty-int-tag", "boolean-key", "duplicate-key", "two-documents", "bad-timestamp",
+    # compat-data facts: the arch list and driver floor of each target, the capability of each GPU model
+    "fleet-cu126-on-sm120", "fleet-driver-too-old", "fleet-capability-not-the-models", "fleet-exclude-nothing",
 }
 
 

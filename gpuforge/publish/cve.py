@@ -1,0 +1,460 @@
+"""The CVE gate: a scanner's JSON (Trivy, Grype, pip-audit) + an allowlist with expiring exceptions -> a verdict
+that is signed onto the image digest (predicate CVE_TYPE) and that prod promotion requires green.
+
+What counts (docs/cve.md): only FIXABLE findings at or above a severity floor (default HIGH), not on the allowlist.
+What fails besides counted findings, because each is a way to pass without having been checked:
+  - an allowlist entry whose `review_by` date has passed (an exception is reviewed, not forgotten);
+  - a package the scanner did not audit: pip-audit's "not found on PyPI and could not be audited" (it then prints
+    "No known vulnerabilities found" and exits 0 — the false pass), Trivy's end-of-life OS (no advisories any
+    more), or an SBOM component missing from a scan that lists its packages;
+  - a vulnerability database older than a bound, or of unknown age (Trivy: `trivy version -f json` ->
+    VulnerabilityDB.UpdatedAt; Grype: descriptor.db.built, or descriptor.db.status.built in schema v6).
+Each counted finding prints a ready-to-paste allowlist entry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpuforge.errors import ConfigError, CveGateRed
+from gpuforge.plan import grammar
+from gpuforge.plan.yamlpos import Positioned, load
+
+CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
+CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
+SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")  # ascending; Grype's words upper-cased
+DEFAULT_SEVERITY = "HIGH"
+DEFAULT_MAX_DB_AGE_HOURS = 72
+MAX_REVIEW_DAYS = 366  # an exception reviewed less than yearly is not reviewed
+SUGGEST_REVIEW_DAYS = 30
+VULN_ID = r"[A-Z][A-Z0-9]*(?:-[A-Za-z0-9._]+)+"  # CVE-2024-1234, GHSA-xxxx-xxxx-xxxx, PYSEC-2024-1, DSA-5555-1
+_VULN_RE = re.compile(rf"(?:{VULN_ID})\Z")
+
+
+# --- the allowlist ---------------------------------------------------------------------------------
+
+def _vuln_id(v: str) -> str:
+    if len(v) > 64 or not _VULN_RE.match(v):
+        msg = f"{v!r} is not a vulnerability id (e.g. CVE-2024-1234, GHSA-..., PYSEC-..., DSA-...)"
+        raise ValueError(msg)
+    return v
+
+
+def _reason(v: str) -> str:
+    why = grammar.printable(v)
+    if why or len(v.strip()) < 10:
+        msg = f"a reason says why the finding is acceptable, in at least 10 printable characters ({why or 'too short'})"
+        raise ValueError(msg)
+    return v
+
+
+class Entry(BaseModel):
+    """One exception: a vulnerability id (optionally of one package), why it is acceptable, and when to look again."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Annotated[str, Field(strict=True)]
+    package: Annotated[str, Field(strict=True, max_length=200)] | None = None
+    reason: Annotated[str, Field(strict=True, max_length=2000)]
+    review_by: dt.date
+
+    _id = field_validator("id")(lambda cls, v: _vuln_id(v))
+    _why = field_validator("reason")(lambda cls, v: _reason(v))
+
+    @field_validator("review_by")
+    @classmethod
+    def _horizon(cls, v: dt.date) -> dt.date:
+        if v > dt.date.today() + dt.timedelta(days=MAX_REVIEW_DAYS):
+            msg = f"review_by {v} is more than {MAX_REVIEW_DAYS} days away (review exceptions at least yearly)"
+            raise ValueError(msg)
+        return v
+
+    def covers(self, f: Finding) -> bool:
+        return self.id == f.id and (self.package is None or self.package == f.package)
+
+
+class Allowlist(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    globals_: list[Entry] = Field([], alias="global")
+    targets: dict[str, list[Entry]] = {}
+
+    def for_target(self, target: str | None) -> list[tuple[str, Entry]]:
+        own = self.targets.get(target, []) if target else []
+        return [("global", e) for e in self.globals_] + [(f"targets.{target}", e) for e in own]
+
+
+def load_allowlist(path: Path) -> Allowlist:
+    """The allowlist file, schema-checked: one file:line per problem (exit 2)."""
+    doc: Positioned = load(Path(path))
+    if doc.data is None:
+        return Allowlist()
+    if not isinstance(doc.data, dict):
+        msg = f"{path}:1: an allowlist is a mapping with `global:` and/or `targets:` lists of entries"
+        raise ConfigError(msg)
+    try:
+        return Allowlist.model_validate(doc.data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = _real_loc(doc.data, err["loc"])
+            what = ("unknown key (allowed: id, package, reason, review_by; at the top: global, targets)"
+                    if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, "))
+            lines.append(f"{doc.where(loc)}: {'.'.join(map(str, loc)) or '(top level)'}: {what}")
+        raise ConfigError("\n".join(dict.fromkeys(lines))) from None
+
+
+def _real_loc(data, loc) -> tuple:
+    out, cur = [], data
+    for p in loc:
+        key = "global" if p == "globals_" else p
+        if (isinstance(cur, dict) and key in cur) or (isinstance(cur, list) and isinstance(key, int) and key < len(cur)):
+            out.append(key)
+            cur = cur[key]
+    return tuple(out)
+
+
+# --- scanner output ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    package: str
+    version: str
+    severity: str
+    fixed: str | None  # the version that fixes it; None: no fix published
+    purl: str = ""
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.fixed)
+
+
+@dataclass
+class Scan:
+    scanner: str
+    version: str
+    findings: list[Finding] = field(default_factory=list)
+    unaudited: list[str] = field(default_factory=list)  # "package version: why"
+    db_built: dt.datetime | None = None
+    db_from: str = ""  # where db_built was read
+    packages: set[str] | None = None  # purls the scan lists (Trivy --list-all-pkgs), None: not listed
+    live: bool = False  # queried a live service at scan time (pip-audit): no database to age
+
+
+def _severity(s: str) -> str:
+    s = (s or "UNKNOWN").upper()
+    return s if s in SEVERITIES else "UNKNOWN"
+
+
+def _when(text: str | None, what: str) -> dt.datetime | None:
+    if not text:
+        return None
+    t = re.sub(r"(\.\d{6})\d+", r"\1", str(text).strip()).replace(" UTC", "").replace("Z", "+00:00")
+    t = re.sub(r" \+0000$", "+00:00", t)
+    try:
+        d = dt.datetime.fromisoformat(t)
+    except ValueError:
+        msg = f"{what}: {text!r} is not a timestamp"
+        raise ConfigError(msg) from None
+    return d if d.tzinfo else d.replace(tzinfo=dt.UTC)
+
+
+def _trivy(doc: dict, scan: Scan) -> None:
+    """Trivy's JSON (SchemaVersion 2): Results[].Vulnerabilities[], Packages[] with --list-all-pkgs."""
+    scan.version = str(doc.get("Trivy", {}).get("Version", "")) if isinstance(doc.get("Trivy"), dict) else ""
+    os_ = (doc.get("Metadata") or {}).get("OS") or {}
+    listed: set[str] = set()
+    any_listed = False
+    for res in doc.get("Results") or []:
+        for p in res.get("Packages") or []:
+            any_listed = True
+            listed.add((p.get("Identifier") or {}).get("PURL", ""))
+        for v in res.get("Vulnerabilities") or []:
+            fixed = v.get("FixedVersion") or (None if v.get("Status") not in ("fixed",) else "(fixed; version not given)")
+            scan.findings.append(Finding(id=v["VulnerabilityID"], package=v.get("PkgName", ""),
+                                         version=v.get("InstalledVersion", ""), severity=_severity(v.get("Severity")),
+                                         fixed=fixed, purl=(v.get("PkgIdentifier") or {}).get("PURL", "")))
+        if os_.get("EOSL") and res.get("Class") == "os-pkgs":
+            scan.unaudited.append(f"every {os_.get('Family')} {os_.get('Name')} package: the OS is end of life "
+                                  "(Metadata.OS.EOSL), its advisories are no longer published")
+    scan.packages = listed if any_listed else None
+
+
+def _grype(doc: dict, scan: Scan) -> None:
+    """Grype's JSON: matches[].vulnerability/.artifact; the DB's build time in descriptor.db."""
+    d = doc.get("descriptor") or {}
+    scan.version = str(d.get("version", ""))
+    db = d.get("db") or {}
+    built = db.get("built") or (db.get("status") or {}).get("built")
+    scan.db_built, scan.db_from = _when(built, "grype descriptor.db built"), "descriptor.db built" if built else ""
+    for m in doc.get("matches") or []:
+        v, a = m.get("vulnerability") or {}, m.get("artifact") or {}
+        fix = v.get("fix") or {}
+        fixed = ", ".join(fix.get("versions") or []) if fix.get("state") == "fixed" else None
+        scan.findings.append(Finding(id=v.get("id", ""), package=a.get("name", ""), version=a.get("version", ""),
+                                     severity=_severity(v.get("severity")), fixed=fixed or None, purl=a.get("purl", "")))
+
+
+def _pip_audit(doc: dict, scan: Scan) -> None:
+    """pip-audit's JSON (-f json): dependencies[] with vulns[] or a skip_reason (not audited)."""
+    scan.live = True
+    for dep in doc.get("dependencies") or []:
+        if dep.get("skip_reason"):
+            scan.unaudited.append(f"{dep.get('name')}: {dep['skip_reason']}")
+            continue
+        for v in dep.get("vulns") or []:
+            fixes = v.get("fix_versions") or []
+            # pip-audit gives no severity: every fixable finding is counted as UNKNOWN and never dropped by the floor
+            scan.findings.append(Finding(id=v.get("id", ""), package=dep.get("name", ""), version=dep.get("version", ""),
+                                         severity="UNKNOWN", fixed=", ".join(fixes) or None,
+                                         purl=f"pkg:pypi/{dep.get('name')}@{dep.get('version')}"))
+
+
+def read_scan(path: Path, *, db_metadata: Path | None = None) -> Scan:
+    """A scanner's JSON report, its format recognised by its shape (exit 2 for anything else)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        msg = f"{path}: not a readable JSON scanner report ({e})"
+        raise ConfigError(msg) from None
+    if isinstance(doc, dict) and "SchemaVersion" in doc and "Results" in doc:
+        scan = Scan("trivy", "")
+        _trivy(doc, scan)
+    elif isinstance(doc, dict) and "matches" in doc and "descriptor" in doc:
+        scan = Scan("grype", "")
+        _grype(doc, scan)
+    elif isinstance(doc, dict) and isinstance(doc.get("dependencies"), list):
+        scan = Scan("pip-audit", "")
+        _pip_audit(doc, scan)
+    else:
+        msg = f"{path}: not a Trivy (-f json), Grype (-o json) or pip-audit (-f json) report"
+        raise ConfigError(msg)
+    if db_metadata:
+        try:
+            meta = json.loads(Path(db_metadata).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            msg = f"{db_metadata}: not readable JSON DB metadata ({e})"
+            raise ConfigError(msg) from None
+        vdb = meta.get("VulnerabilityDB", meta) if isinstance(meta, dict) else {}
+        scan.db_built = _when(vdb.get("UpdatedAt"), f"{db_metadata} UpdatedAt")
+        scan.db_from = f"{db_metadata} UpdatedAt"
+        if isinstance(meta, dict) and meta.get("Version") and "VulnerabilityDB" in meta:
+            scan.version = scan.version or str(meta["Version"])
+    return scan
+
+
+def sbom_purls(path: Path) -> set[str]:
+    doc = json.loads(Path(path).read_text())
+    return {c["purl"] for c in doc.get("components", []) if c.get("purl")}
+
+
+def _purl_key(purl: str) -> str:
+    """A purl without qualifiers (scanners add or drop arch/distro): type/namespace/name@version."""
+    return purl.split("?", 1)[0].lower()
+
+
+# --- the verdict ------------------------------------------------------------------------------------
+
+def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None, severity: str = DEFAULT_SEVERITY,
+          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, sbom: Path | None = None,
+          now: dt.datetime | None = None, subject: dict | None = None) -> dict:
+    """The verdict object (the predicate of CVE_TYPE): what was counted, allowed, expired, unaudited, and why red."""
+    now = now or dt.datetime.now(dt.UTC)
+    floor = SEVERITIES.index(_severity(severity))
+    entries = allowlist.for_target(target)
+    problems: list[str] = []
+    counted, allowed, used = [], [], set()
+    for scan in scans:
+        for f in scan.findings:
+            if not f.fixable or (SEVERITIES.index(f.severity) < floor and f.severity != "UNKNOWN"):
+                continue
+            hit = next(((where, e) for where, e in entries if e.covers(f)), None)
+            if hit:
+                used.add(id(hit[1]))
+                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
+            else:
+                counted.append({**asdict(f), "scanner": scan.scanner})
+    for f in counted:
+        problems.append(f"{f['severity']} {f['id']} in {f['package']} {f['version']} is fixable ({f['fixed']}) "
+                        f"[{f['scanner']}]")
+    expired = [{"id": e.id, "package": e.package, "review_by": e.review_by.isoformat(), "in": where}
+               for where, e in entries if e.review_by < now.date()]
+    for e in expired:
+        problems.append(f"allowlist entry {e['id']} ({e['in']}) expired on {e['review_by']}: fix it, or review "
+                        "the exception and set a new review_by")
+    unaudited = [f"[{s.scanner}] {u}" for s in scans for u in s.unaudited]
+    if unaudited:
+        problems.append(f"{len(unaudited)} package(s) not audited, e.g. {unaudited[0]} (a scan that skipped packages "
+                        "passes without checking them)")
+    if sbom:
+        want = {_purl_key(p): p for p in sbom_purls(sbom)}
+        for s in scans:
+            if s.packages is not None:
+                missing = sorted(want[k] for k in want.keys() - {_purl_key(p) for p in s.packages})
+                if missing:
+                    unaudited += [f"[{s.scanner}] {p}: in the SBOM, not in the scan" for p in missing]
+                    problems.append(f"{len(missing)} SBOM component(s) are not in the {s.scanner} scan, e.g. {missing[0]}")
+    dbs = []
+    for s in scans:
+        if s.live:
+            continue
+        if s.db_built is None:
+            problems.append(f"the {s.scanner} database's age is unknown (Trivy: pass --db-metadata from "
+                            "`trivy version -f json`; Grype: descriptor.db.built): a stale database passes anything")
+            dbs.append({"scanner": s.scanner, "built": None})
+            continue
+        age = (now - s.db_built).total_seconds() / 3600
+        dbs.append({"scanner": s.scanner, "built": s.db_built.isoformat(), "age_hours": round(age, 1), "from": s.db_from})
+        if age > max_db_age_hours:
+            problems.append(f"the {s.scanner} database was built {s.db_built:%Y-%m-%d %H:%M} UTC, {age:.0f} h ago "
+                            f"(at most {max_db_age_hours:g} h): update it and re-scan")
+    if not scans:
+        problems.append("no scanner report given")
+    return {
+        "target": target,
+        "subject": subject or {},
+        "sbom_sha256": hashlib.sha256(Path(sbom).read_bytes()).hexdigest() if sbom else None,
+        "scanners": [{"name": s.scanner, "version": s.version} for s in scans],
+        "severity_floor": SEVERITIES[floor],
+        "max_db_age_hours": max_db_age_hours,
+        "db": dbs,
+        "counted": counted,
+        "allowed": allowed,
+        "expired": expired,
+        "unaudited": unaudited,
+        "unused_entries": [e.id for _, e in entries if id(e) not in used and e.review_by >= now.date()],
+        "problems": problems,
+        "ok": not problems,
+        "judged_at": now.isoformat(timespec="seconds"),
+    }
+
+
+def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:
+    """Ready-to-paste allowlist entries (YAML, under `global:` or `targets.<id>:`) for every counted finding."""
+    today = today or dt.date.today()
+    review = today + dt.timedelta(days=SUGGEST_REVIEW_DAYS)
+    out = []
+    for f in verdict["counted"]:
+        reason = f"accepted until rebuilt: {f['package']} {f['version']} -> {f['fixed']} ({f['severity']})"
+        out.append(f"  - id: {f['id']}\n    package: {json.dumps(f['package'])}\n    reason: {json.dumps(reason)}\n"
+                   f"    review_by: {review.isoformat()}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
+           max_verdict_age_hours: float | None = None, now: dt.datetime | None = None) -> list[str]:
+    """Why the signed CVE verdicts on `digest` do not let it into prod ([] when the newest is green).
+
+    `predicates` are verified CVE_TYPE predicates (gpuforge.publish.attest.verified_predicates); the newest by
+    judged_at decides, and it must be about this digest, judged after the build, and (optionally) recent."""
+    now = now or dt.datetime.now(dt.UTC)
+    mine = [p for p in predicates if isinstance(p, dict) and (p.get("subject") or {}).get("digest") == digest]
+    if not mine:
+        return [f"no signed CVE verdict for {digest} (run `gpuforge cve-gate ... --attest`)"]
+    newest = max(mine, key=lambda p: str(p.get("judged_at", "")))
+    when = _when(newest.get("judged_at"), "CVE verdict judged_at")
+    out = []
+    if not newest.get("ok") or newest.get("problems"):
+        out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is red: {'; '.join(newest.get('problems') or ['not ok'])}")
+    if built_at and when and when < _when(built_at, "built_at"):
+        out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is older than the build ({built_at})")
+    if max_verdict_age_hours is not None and when and (now - when).total_seconds() / 3600 > max_verdict_age_hours:
+        out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is older than {max_verdict_age_hours:g} h: re-scan")
+    return out
+
+
+def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
+         max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
+         output: Path | None = None, attest_key: str | None = None, sign: bool = False, registry: str | None = None,
+         digest: str | None = None) -> dict:
+    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it when asked.
+    Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
+    from gpuforge.state import records
+
+    if severity not in SEVERITIES:
+        msg = f"--severity / GPUFORGE_CVE_SEVERITY: {severity!r} is not one of {', '.join(SEVERITIES)}"
+        raise ConfigError(msg)
+    if not 0 < max_db_age_hours < float("inf"):
+        msg = f"--max-db-age-hours: {max_db_age_hours} is not a positive number of hours"
+        raise ConfigError(msg)
+    allow = load_allowlist(allowlist) if allowlist else Allowlist()
+    read = [read_scan(p, db_metadata=db_metadata if i == 0 else None) for i, p in enumerate(scans)]
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
+        raise ConfigError(msg)
+    subject = {}
+    rec = records.get(target.id) if target else None
+    if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
+        subject = {"digest": digest}
+    elif rec and rec.get("digest"):
+        subject = {"digest": rec["digest"], "image_id": rec.get("image_id"), "ref": rec.get("pushed_ref")}
+    verdict = judge(read, allow, target=target.id if target else None, severity=severity,
+                    max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_suffix(".tmp")
+        tmp.write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+        tmp.replace(output)
+    for line in verdict["problems"]:
+        print(f"gpuforge: cve-gate: {line}")
+    if verdict["counted"]:
+        where = f"targets:\n  {target.id}:" if target else "global:"
+        print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
+              "(and say why in `reason`):\n" + suggestions(verdict), end="")
+    if sign:
+        _sign(target, output, attest_key, registry, subject.get("digest"))
+    state = "GREEN" if verdict["ok"] else "RED"
+    print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
+          f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
+    if not verdict["ok"]:
+        msg = f"CVE gate is red ({len(verdict['problems'])} problem(s)){f'; verdict in {output}' if output else ''}"
+        raise CveGateRed(msg)
+    return verdict
+
+
+def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None, digest: str | None) -> None:
+    from gpuforge.publish import attest, promote
+
+    if target is None or verdict_path is None:
+        msg = "--attest needs --target and --output (the verdict is signed onto the target's pushed digest)"
+        raise ConfigError(msg)
+    if not digest:
+        msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
+               f"{target.id}`, or give --digest)")
+        raise ConfigError(msg)
+    host, repo, _ = promote.split_ref(promote.ref_for(target, registry))
+    ref = f"{host}/{repo}@{digest}"
+    attest.attest(ref, verdict_path, CVE_TYPE, key=key)
+    print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
+
+
+def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> list[tuple[str, str]]:
+    """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
+    and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
+    from gpuforge.publish import attest, promote
+    from gpuforge.publish.registry import Registry
+
+    done = []
+    for t in targets:
+        host, repo, tag = promote.split_ref(promote.ref_for(t, registry))
+        m = Registry(host).manifest(repo, f"{tag}-prod")
+        if m is None:
+            continue
+        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", CYCLONEDX_TYPE, verifier)
+        if not boms:
+            print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
+            continue
+        d = out / t.id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "sbom.cdx.json").write_text(json.dumps(boms[-1], indent=2) + "\n")
+        (d / "digest").write_text(m.digest + "\n")
+        done.append((t.id, m.digest))
+        print(f"gpuforge: wrote {d / 'sbom.cdx.json'} (prod {m.digest})")
+    return done

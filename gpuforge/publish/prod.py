@@ -1,0 +1,91 @@
+"""What prod needs beyond the green reports promote already checks: a green GPU attestation from every fleet pool
+the target declares, newer than its build; and (GPUFORGE_PROD_REQUIRE_CVE=1) a green signed CVE verdict.
+
+Both are judged from signed statements on the registry (cosign verify-attestation), never from local files:
+a pool is covered when a verified GPU validation predicate for this digest is green (gpuforge.validate.evidence)
+and its evidence.gpu_host — the GPU model, driver and count the validators saw on the runner — matches the pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from gpuforge.errors import PromotionRefused
+from gpuforge.validate import evidence
+
+
+def _epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    d = dt.datetime.fromisoformat(iso)
+    return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def covers(pool, pred: dict, *, built_at: str | None = None, image_id: str | None = None) -> str | None:
+    """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build, made by this
+    checkout's validator set (for `image_id`, when given); else why not."""
+    if not isinstance(pred, dict) or not pred.get("gpu"):
+        return "not a GPU report"
+    probs = evidence.problems(pred, require_gpu=True)
+    if probs:
+        return f"not green ({probs[0]})"
+    if (pred.get("evidence") or {}).get("validator_set") != evidence.validator_set_hash():
+        return "made by another validator set"
+    if image_id and (pred.get("evidence") or {}).get("image_id") != image_id:
+        return f"for image {str(pred['evidence'].get('image_id'))[:19]}, not {image_id[:19]}"
+    host = (pred.get("evidence") or {}).get("gpu_host") or {}
+    if host.get("gpu_models") != [pool.model]:
+        return f"ran on {', '.join(host.get('gpu_names') or ['unknown GPUs'])}, not {pool.model}"
+    if host.get("driver") not in pool.drivers:
+        return f"driver {host.get('driver')}, not one of the pool's {', '.join(pool.drivers)}"
+    if int(host.get("count") or 0) < pool.gpus:
+        return f"{host.get('count')} GPU(s), the pool gives {pool.gpus}"
+    built = _epoch(built_at)
+    if built is not None and float(pred.get("started") or 0) <= built:
+        return "older than the build"
+    return None
+
+
+def pools_missing(target, attestations: list[dict], *, built_at: str | None = None,
+                  image_id: str | None = None) -> list[str]:
+    """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) that no attestation in
+    `attestations` (verified GPU validation predicates of this digest) covers, in the fleet's order."""
+    return [p.name for p in target.pools
+            if not any(covers(p, a, built_at=built_at, image_id=image_id) is None for a in attestations)]
+
+
+def why_missing(target, attestations: list[dict], *, built_at: str | None = None, image_id: str | None = None) -> str:
+    """One phrase per missing pool: its description and the last attestation's reason (for the refusal)."""
+    out = []
+    for p in target.pools:
+        reasons = [covers(p, a, built_at=built_at, image_id=image_id) for a in attestations]
+        if None in reasons:
+            continue
+        out.append(f"{p.describe()}: " + (reasons[-1] if reasons else "no GPU attestation"))
+    return "; ".join(out)
+
+
+def check(t, *, ref: str, record: dict, verifier) -> None:
+    """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
+    is missing. Called once from gpuforge.publish.promote.plan for env == prod."""
+    from gpuforge.publish import attest, cve
+
+    def refuse(why: str) -> None:
+        msg = f"{t.id}: promotion refused: {why}; no tag was changed"
+        raise PromotionRefused(msg)
+
+    if t.pools:
+        preds = [p for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
+                 if isinstance(p, dict) and p.get("gpu")]
+        kw = {"built_at": record.get("built_at"), "image_id": record.get("image_id")}
+        missing = pools_missing(t, preds, **kw)
+        if missing:
+            refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
+                   f"({why_missing(t, preds, **kw)}); run the GPU validation on each "
+                   "(images.yml's gpu job) and `gpuforge attest --gpu`")
+    if os.environ.get("GPUFORGE_PROD_REQUIRE_CVE") == "1":
+        probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
+                           built_at=record.get("built_at"))
+        if probs:
+            refuse("; ".join(probs))

@@ -1,0 +1,53 @@
+"""GPU validation reports for fleet pools, made from REAL reports (labelled FIXTURES where a field is changed).
+
+No Docker runs on the lent H200 machine, so `gpuforge validate --gpu` of an image cannot run there; the GPU checks
+and driver facts come from the real H200 run docs/measurements/smoke-cdi-h200.json (the default image's smoke
+suite on the H200 through CDI). A pool's report is that run's GPU checks merged into a real non-GPU report of the
+image (its image id, validator set), stamped as `gpuforge validate --gpu` stamps it. For a pool whose GPU is not
+an H200, the device name, capability and driver are changed: a FIXTURE, marked in `facts.fixture`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from gpuforge.image import compat
+from gpuforge.validate import evidence
+
+H200_RUN = Path(__file__).parents[1] / "docs" / "measurements" / "smoke-cdi-h200.json"
+
+
+def gpu_report(base: dict, *, model: str = "H200", driver: str = "580.159.04", count: int = 1,
+               started: float | None = None, required: tuple[str, ...] | None = None) -> dict:
+    """A green GPU report for `base`'s image from a host with `count` GPUs of `model` on `driver`."""
+    real = json.loads(H200_RUN.read_text())
+    gpu_checks = {c["id"]: c for c in real["checks"]}
+    rep = copy.deepcopy(base)
+    rep["checks"] = [gpu_checks.get(c["id"], c) for c in base["checks"]]
+    rep["gpu"] = True
+    drv = copy.deepcopy(real["facts"]["driver"])
+    gpu = drv["gpus"][0]
+    if model != "H200" or driver != drv["driver"] or count != len(drv["gpus"]):
+        rep["facts"]["fixture"] = (f"made from {H200_RUN.name} with the model fields changed to {count} x {model}, "
+                                   f"driver {driver}")
+        gpu = {**gpu, "name": f"NVIDIA {model}", "capability": compat.gpu_capability(model)}
+    drv["driver"] = driver
+    drv["gpus"] = [{**gpu, "index": i} for i in range(count)]
+    rep["facts"]["driver"] = drv
+    if started is not None:
+        rep["started"] = started
+    req = required if required is not None else tuple(c["id"] for c in rep["checks"])
+    rep["evidence"] = evidence.stamp(rep, required=req, gpu=True)
+    rep["problems"] = evidence.problems(rep)
+    rep["green"] = not rep["problems"]
+    return rep
+
+
+def base_from_h200_run() -> dict:
+    """A stand-in for the non-GPU report when no image was validated (unit tests): the H200 run itself."""
+    real = json.loads(H200_RUN.read_text())
+    real["facts"]["image_id"] = "sha256:" + "d" * 64
+    real["exit_status"] = 0
+    return real

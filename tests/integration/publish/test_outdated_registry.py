@@ -1,0 +1,83 @@
+"""gpuforge outdated against real parts: a local docker-registry whose base tag is re-pushed (the digest moves),
+and `apt-get -s upgrade` against the security pocket inside the real default image."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+import uuid
+
+import pytest
+from registries import LocalRegistry
+
+from gpuforge.cli import main
+from gpuforge.publish import outdated
+
+pytestmark = pytest.mark.docker
+
+
+def _tiny(ref: str, content: bytes) -> None:
+    """A one-file image made with `docker import` (no registry needed), tagged `ref`."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("etc/fleet-base")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    subprocess.run(["docker", "import", "-", ref], input=buf.getvalue(), check=True, capture_output=True)
+
+
+@pytest.fixture
+def base_registry(tmp_path, docker_engine):
+    (tmp_path / "reg").mkdir()
+    reg = LocalRegistry(tmp_path / "reg", None)
+    refs: list[str] = []
+    yield reg.host, refs
+    for r in refs:
+        subprocess.run(["docker", "rmi", "-f", r], capture_output=True, check=False)
+    reg.stop()
+
+
+def test_a_base_whose_tag_is_re_pushed_is_reported_as_moved(tmp_path, base_registry, capsys):
+    host, refs = base_registry
+    ref = f"{host}/fleet-{uuid.uuid4().hex[:8]}/ubuntu:24.04"
+    refs.append(ref)
+    (tmp_path / "matrix.yaml").write_text(f"""\
+bases:
+  ubuntu24.04: {{image: "{ref}"}}
+matrix:
+  include:
+    - {{torch: "2.7.1", cuda: "12.6", python: "3.12", os: ubuntu24.04, flavor: runtime, source: wheels}}
+default: ["os=ubuntu24.04"]
+""")
+    m = ["--matrix", str(tmp_path / "matrix.yaml")]
+    _tiny(ref, b"first\n")
+    subprocess.run(["docker", "push", ref], check=True, capture_output=True)
+    assert main([*m, "outdated", "--json"]) == 0
+    def base_findings() -> list[str]:
+        return [f["detail"] for f in json.loads(capsys.readouterr().out)["findings"] if f["kind"] == "base"]
+
+    assert [d[:31] for d in base_findings()] == ["not pinned in bases.lock (now s"]
+    assert main([*m, "outdated", "--write-base-lock"]) == 0
+    lock = json.loads((tmp_path / "bases.lock").read_text())
+    first = lock[ref]
+    capsys.readouterr()
+    assert main([*m, "outdated", "--json"]) == 0
+    assert base_findings() == []
+    _tiny(ref, b"second\n")  # someone re-pushes the tag
+    subprocess.run(["docker", "push", ref], check=True, capture_output=True)
+    assert main([*m, "outdated"]) == 0
+    out = capsys.readouterr().out
+    now = outdated.current_digest(ref)
+    assert now != first
+    assert f"base: {ref}: the tag moved: {first} (locked) -> {now}" in out
+
+
+def test_pending_security_updates_are_found_inside_the_built_default_image(default_build, capsys):
+    t, rec = default_build
+    assert main(["outdated", "--images", "--json", t.id]) == 0
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert not [f for f in found if f["kind"] == "unchecked" and f["subject"] == t.id], found
+    for f in (f for f in found if f["kind"] == "security"):
+        assert f["subject"] == t.id and " -> " in f["detail"] and "security" in f["detail"].lower()

@@ -1,0 +1,90 @@
+"""prod needs a green GPU attestation from every pool the target declares, newer than its build; missing pools are
+named. pools_missing is pure: these tests feed it predicates made from the real H200 run (tests/fleet_reports.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from fleet_reports import base_from_h200_run, gpu_report
+
+from gpuforge.plan.matrix import load_matrix
+from gpuforge.publish import prod
+
+BASE = """\
+bases:
+  debian12:
+    bootstrap: {suite: bookworm}
+matrix:
+  include:
+    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels}
+default: ["os=debian12"]
+"""
+FLEET = """\
+fleet:
+  h200:
+    gpu: {model: H200, capability: "9.0"}
+    drivers: ["580.159.04"]
+    runs_on: [self-hosted, gpu, h200]
+  a100:
+    gpu: {model: A100, capability: "8.0"}
+    drivers: ["570.133.20", "580.159.04"]
+    runs_on: [self-hosted, gpu, a100]
+  l4x2:
+    gpu: {model: L4, capability: "8.9"}
+    drivers: ["575.57.08"]
+    runs_on: [self-hosted, gpu, l4]
+    gpus: 2
+"""
+BUILT = "2026-12-01T10:00:00+00:00"
+AFTER = dt.datetime(2026, 12, 2, tzinfo=dt.UTC).timestamp()
+
+
+def _target(tmp_path):
+    (tmp_path / "matrix.yaml").write_text(BASE + FLEET)
+    return load_matrix(tmp_path / "matrix.yaml").select(None)[0]
+
+
+def _three():
+    base = base_from_h200_run()
+    return [gpu_report(base, started=AFTER), gpu_report(base, model="A100", driver="570.133.20", started=AFTER),
+            gpu_report(base, model="L4", driver="575.57.08", count=2, started=AFTER)]
+
+
+def test_the_fixture_reports_are_green_gpu_evidence():
+    for rep in _three():
+        assert rep["green"], rep["problems"]
+        assert rep["evidence"]["gpu_host"]["runner"]
+
+
+def test_two_of_three_pools_block_prod_and_the_third_is_named(tmp_path):
+    t = _target(tmp_path)
+    assert [p.name for p in t.pools] == ["h200", "a100", "l4x2"]
+    h200, a100, l4 = _three()
+    assert prod.pools_missing(t, [h200, a100], built_at=BUILT) == ["l4x2"]
+    assert prod.pools_missing(t, [h200, a100, l4], built_at=BUILT) == []
+    assert prod.pools_missing(t, [], built_at=BUILT) == ["h200", "a100", "l4x2"]
+    assert "l4x2 (L4, sm_89" in prod.why_missing(t, [h200, a100], built_at=BUILT)
+
+
+def test_evidence_that_does_not_match_the_pool_does_not_count(tmp_path):
+    t = _target(tmp_path)
+    base = base_from_h200_run()
+    h200, a100, _ = _three()
+    one_l4 = gpu_report(base, model="L4", driver="575.57.08", count=1, started=AFTER)  # the pool gives 2 GPUs
+    other_driver = gpu_report(base, model="L4", driver="580.159.04", count=2, started=AFTER)
+    before_build = gpu_report(base, model="L4", driver="575.57.08", count=2, started=AFTER - 3 * 86400)
+    for rep, why in ((one_l4, "1 GPU(s), the pool gives 2"), (other_driver, "driver 580.159.04, not one of"),
+                     (before_build, "older than the build")):
+        assert prod.pools_missing(t, [h200, a100, rep], built_at=BUILT) == ["l4x2"]
+        assert why in prod.why_missing(t, [h200, a100, rep], built_at=BUILT)
+    red = gpu_report(base, model="L4", driver="575.57.08", count=2, started=AFTER)
+    red["checks"][0] = {**red["checks"][0], "outcome": "failed"}
+    assert prod.pools_missing(t, [h200, a100, red], built_at=BUILT) == ["l4x2"]
+    not_gpu = {**red, "gpu": False}
+    assert "not a GPU report" in prod.why_missing(t, [h200, a100, not_gpu], built_at=BUILT)
+
+
+def test_a_target_without_pools_needs_nothing_more(tmp_path):
+    (tmp_path / "matrix.yaml").write_text(BASE)
+    t = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
+    assert t.pools == () and prod.pools_missing(t, []) == []
