@@ -7,22 +7,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from gpuforge import options
 from gpuforge.errors import ConfigError, FatalError
-from gpuforge.plan import grammar
-from gpuforge.plan.matrix import DEFAULT_MATRIX, Matrix, load_matrix
+from gpuforge.plan.matrix import Matrix, load_matrix
 
 console = Console(stderr=False, highlight=False)
 
 
+def _matrix(args) -> Matrix:
+    """matrix.yaml, loaded once per command; it completes the options (it is one of their sources)."""
+    m = load_matrix(Path(options.for_args(args).matrix))
+    options.use_matrix(m)
+    return m
+
+
 def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
-    """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate)."""
-    m = load_matrix(Path(args.matrix))
+    """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate).
+    Loading the matrix completes the options (matrix.yaml is one of their sources)."""
+    m = _matrix(args)
     if all_by_default and not args.selectors:
         return m, list(m.targets)
     return m, m.select(args.selectors)
@@ -30,7 +37,7 @@ def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
 
 def cmd_plan(args) -> int:
     m, targets = _targets(args, all_by_default=True)
-    if args.json:
+    if options.for_args(args).json:
         defaults = {t.id for t in m.select(None)}
         rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults} for t in targets]
         print(json.dumps({"include": rows}, sort_keys=True))
@@ -53,7 +60,7 @@ def cmd_generate(args) -> int:
     from gpuforge.render import dockerfile as render
 
     m, targets = _targets(args, all_by_default=True)
-    if args.check:
+    if options.for_args(args).check:
         render.check(targets, all_targets=not args.selectors,
                      bake=None if args.selectors else render.bake_file(targets, m.select(None)))
         print(f"generated files are up to date ({len(targets)} target(s))")
@@ -74,7 +81,7 @@ def cmd_lock(args) -> int:
 
     from gpuforge.render import locks
 
-    m = load_matrix(Path(args.matrix))
+    m = _matrix(args)
     out = Path(str(resources.files("gpuforge.render").joinpath("data/locks")))
     for f in locks.compile_image_locks(list(m.targets), out):
         print(f"wrote {f}")
@@ -86,8 +93,8 @@ def cmd_schema(args) -> int:
     from gpuforge.plan.schema import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-    out = Path(args.output)
-    if args.check:
+    out = Path(options.for_args(args).output)
+    if options.for_args(args).check:
         if not out.exists() or out.read_text() != text:
             print(f"gpuforge: error: {out} is stale; run `gpuforge schema`", file=sys.stderr)
             return 2
@@ -98,44 +105,27 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from gpuforge import options
     from gpuforge.build import runner as build
 
-    if args.driver not in ("auto", "buildx", "classic"):
-        msg = f"GPUFORGE_DRIVER={args.driver!r}: not a build driver (allowed: auto, buildx, classic)"
-        raise ConfigError(msg)
-    for flag, env, value in (("--index-url", "GPUFORGE_INDEX_URL", args.index_url), ("--pypi-url", "GPUFORGE_PYPI_URL", args.pypi_url)):
-        try:  # a build arg ends up in `docker history`: same URL grammar as matrix.yaml (no credentials)
-            grammar.url(value, what="a package index URL") if value else None
-        except ValueError as e:
-            msg = f"{flag} / {env}: {e}"
-            raise ConfigError(msg) from None
     m, targets = _targets(args)
-    extra_ca = options.existing_file(
-        options.resolve("extra_ca", flag="--extra-ca", cli=args.extra_ca, env="GPUFORGE_EXTRA_CA", matrix=m,
-                        key="extra_ca", is_path=True),
-        "give a PEM bundle; it reaches the build only as a secret")
+    o = options.for_args(args)
     opts = build.BuildOptions(
-        jobs=args.jobs, keep_going=args.keep_going, extra_ca=extra_ca.value,
-        builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker, driver=args.driver,
-        no_cache=args.no_cache,
-        index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
+        jobs=o.jobs, keep_going=o.keep_going, extra_ca=o.extra_ca, builder=o.builder, cache_from=list(o.cache_from),
+        cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
+        pypi_url=o.pypi_url, progress=o.progress,
     )
-    if extra_ca:
-        print(f"gpuforge: extra CA bundle {extra_ca.value} (from {extra_ca.source}), passed as a build secret", flush=True)
-    elif host := build.host_trust():  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
-        opts.extra_ca = host.value
-        print(f"gpuforge: no extra CA given; using the host's pip trust {host.value} (from {host.source}) "
+    if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
+        print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "
               "as the build secret (--extra-ca to choose another)", flush=True)
+    elif o.extra_ca:
+        print(f"gpuforge: extra CA bundle {o.extra_ca} (from {o.source('extra_ca')}), passed as a build secret", flush=True)
     build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
     return 0
 
 
-def _gpu_request(args, m: Matrix | None, *, starts_containers: bool = True) -> str:
-    """--gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request (when `m`), nvidia; said where it starts GPUs."""
-    from gpuforge import options
-
-    req = options.gpu_request(args.gpu_request, m)
+def _gpu_request(args, *, starts_containers: bool = True) -> str:
+    """--gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request (once loaded), nvidia; said where it starts GPUs."""
+    req = options.for_args(args).get("gpu_request")
     if starts_containers:
         print(f"gpuforge: GPU request {req.value} (from {req.source})", flush=True)
     return req.value
@@ -145,39 +135,40 @@ def cmd_validate(args) -> int:
     from gpuforge.validate import pytest_run as validate
 
     m, targets = _targets(args)
-    gpu_request = _gpu_request(args, m) if args.gpu else None
-    return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
-                                     gpu=args.gpu, gpu_request=gpu_request)
+    o = options.for_args(args)
+    gpu_request = _gpu_request(args) if o.gpu else None
+    return validate.validate_targets(targets, reports=Path(o.reports), pytest_args=o.pytest_args,
+                                     gpu=o.gpu, gpu_request=gpu_request)
 
 
 def cmd_smoke(args) -> int:
-    from gpuforge import options
     from gpuforge.validate import pytest_run as validate
 
+    o = options.for_args(args)
     host, selectors = args.host, args.selectors
-    if args.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
+    if o.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
         host, selectors = None, [host, *selectors]
     # matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)
-    m = None
-    if options.gpu_request(args.gpu_request).source == "default" and (Path(args.matrix).is_file() or not args.target_json):
+    m, matrix = None, Path(o.matrix)
+    if o.source("gpu_request") == "default" and (matrix.is_file() or not o.target_json):
         try:
-            m = load_matrix(Path(args.matrix))
+            m = load_matrix(matrix)
         except ConfigError as e:
-            if not args.target_json:
+            if not o.target_json:
                 raise
             # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
-            print(f"gpuforge: note: {args.matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
-    gpu_request = _gpu_request(args, m, starts_containers=bool(args.image))
-    return validate.smoke(host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
-                          matrix=Path(args.matrix), selectors=selectors, pytest_args=args.pytest_args,
-                          image=args.image, gpu_request=gpu_request, gpus=args.gpus)
+            print(f"gpuforge: note: {matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
+    options.use_matrix(m)
+    return validate.smoke(host, reports=Path(o.reports), expect=list(o.expect), target_json=o.target_json,
+                          matrix=matrix, selectors=selectors, pytest_args=o.pytest_args,
+                          image=o.image, gpu_request=_gpu_request(args, starts_containers=bool(o.image)), gpus=o.gpus)
 
 
 def cmd_push(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.push_targets(targets, registry=args.registry)
+    promote.push_targets(targets, registry=options.for_args(args).registry)
     return 0
 
 
@@ -185,8 +176,9 @@ def cmd_promote(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.promote_targets(targets, env=args.to, reports=Path(args.reports), registry=args.registry,
-                            require_gpu=args.require_gpu, key=args.key)
+    o = options.for_args(args)
+    promote.promote_targets(targets, env=o.to, reports=Path(o.reports), registry=o.registry,
+                            require_gpu=o.require_gpu or (o.to == "prod" and o.prod_require_gpu), key=o.verify_key)
     return 0
 
 
@@ -194,7 +186,8 @@ def cmd_attest(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.attest_targets(targets, reports=Path(args.reports), registry=args.registry, gpu=args.gpu, key=args.key)
+    o = options.for_args(args)
+    promote.attest_targets(targets, reports=Path(o.reports), registry=o.registry, gpu=o.gpu, key=o.signing_key)
     return 0
 
 
@@ -207,9 +200,9 @@ def cmd_clean(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """Positionals here; every option comes from gpuforge.options' table (flag, variable, matrix key, default)."""
     ap = argparse.ArgumentParser(prog="gpuforge", description=__doc__)
-    ap.add_argument("--matrix", default=os.environ.get("GPUFORGE_MATRIX", str(DEFAULT_MATRIX)),
-                    help="path to matrix.yaml (env GPUFORGE_MATRIX)")
+    options.add_arguments(ap, None)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def add(name: str, fn, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
@@ -217,65 +210,21 @@ def parser() -> argparse.ArgumentParser:
         if selectors:
             p.add_argument("selectors", nargs="*", help="key=value (glob values) and target-id globs; none: the default")
         p.set_defaults(fn=fn)
+        options.add_arguments(p, name)
         return p
 
-    p = add("plan", cmd_plan, "print the expanded targets")
-    p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
-    p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
-    p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
+    add("plan", cmd_plan, "print the expanded targets")
+    add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
-    p = add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
-    p.add_argument("--output", default="matrix.schema.json")
-    p.add_argument("--check", action="store_true", help="fail when the committed schema is stale")
-    p = add("build", cmd_build, "build images with BuildKit (buildx when present)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="targets built in parallel")
-    p.add_argument("--keep-going", action="store_true", help="build the other targets after one fails")
-    p.add_argument("--extra-ca", help="PEM bundle trusted by pip in the build, passed as a BuildKit secret (env GPUFORGE_EXTRA_CA)")
-    p.add_argument("--builder", default=os.environ.get("GPUFORGE_BUILDER"), help="buildx builder (remote BuildKit)")
-    p.add_argument("--cache-from", action="append", default=[], help="buildx --cache-from (repeatable)")
-    p.add_argument("--cache-to", default=os.environ.get("GPUFORGE_CACHE_TO"), help="buildx --cache-to")
-    p.add_argument("--docker", default=os.environ.get("GPUFORGE_DOCKER"), help="docker client to use")
-    p.add_argument("--driver", choices=("auto", "buildx", "classic"), default=os.environ.get("GPUFORGE_DRIVER") or "auto",
-                   help="build driver: buildx when the client has it (auto), or force one (env GPUFORGE_DRIVER)")
-    p.add_argument("--no-cache", action="store_true", help="rebuild every layer (BuildKit's cache mounts still apply)")
-    p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
-    p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
-    p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
-    p = add("validate", cmd_validate, "run the validators against built targets")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with every GPU)")
-    gpu_request_help = ("how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
-                        "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on); else env GPUFORGE_GPU_REQUEST, "
-                        "else matrix.yaml's gpu_request, else nvidia")
-    p.add_argument("--gpu-request", help=gpu_request_help)
-    p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
+    add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
+    add("build", cmd_build, "build images with BuildKit (buildx when present)")
+    add("validate", cmd_validate, "run the validators against built targets")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
-    p.add_argument("--image", help="start a container of this image with every GPU and check inside it")
-    p.add_argument("--gpu-request", help=gpu_request_help)
-    p.add_argument("--gpus", help="GPUs the runner was asked to give (a count or 'all'); the device-count check "
-                   "fails when the container or host sees another number")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
-    p.add_argument("--expect", action="append", default=[], help="KEY=VALUE expected version (overrides the target)")
-    p.add_argument("--target-json", help="expected versions as JSON (e.g. /opt/gpuforge/target.json)")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--pytest-args", default="")
-    p = add("push", cmd_push, "push built targets and record their digests")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
-    p = add("promote", cmd_promote, "promote validated digests to dev or prod")
-    p.add_argument("--to", required=True, choices=("dev", "prod"))
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
-    p.add_argument("--require-gpu", action="store_true", help="also require a GPU-validated report (default for prod)")
-    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
-                   help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
-                        "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
-    p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
-    p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
-    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
-                   help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
+    add("push", cmd_push, "push built targets and record their digests")
+    add("promote", cmd_promote, "promote validated digests to dev or prod")
+    add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
     return ap
 
@@ -295,6 +244,9 @@ def _reap() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        options.for_args(args)  # every flag, variable and default, checked before any work
+        if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first
+            options.use_matrix(None)
         if args.cmd in ("build", "validate", "clean"):
             _reap()
         return args.fn(args)
@@ -304,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuforge: interrupted", file=sys.stderr)
         return 130
+    finally:
+        options.activate(None)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,16 @@ def pytest_configure(config):
     os.environ.setdefault("GPUFORGE_LOG_DIR", os.path.join(os.environ["GPUFORGE_STATE_DIR"], "logs"))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    """A test that runs a command function itself leaves that command's resolved options active
+    (main() clears them); the next test reads its own environment."""
+    yield
+    from gpuforge import options
+
+    options.activate(None)
+
+
 @pytest.fixture(scope="session")
 def test_ca(tmp_path_factory):
     """An extra CA bundle for the build: the host's trust store (the TLS proxy's CA lives there) plus a

@@ -45,6 +45,7 @@ from gpuforge.build import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
+from gpuforge.render import packages
 
 REGISTRY_PORTS = range(5300, 5400)
 REPOSITORY = "gpuforge-test-13b/cache"
@@ -98,11 +99,11 @@ def pip_variant(dockerfile: str) -> str:
 
 def naive_dockerfile(t) -> str:
     """What a user writes by hand: same base, apt packages and pins; no cache mounts, no constraints."""
-    spec = render.image_spec()
+    spec = packages.image_spec()
     apt = " ".join(sorted(spec["apt"]["common"]))
     v = t.variant
     pkgs = " ".join([f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}",
-                     f"triton=={v.triton}", *render.pip_tools(t)])
+                     f"triton=={v.triton}", *packages.pip_tools(t)])
     return (f"FROM {t.base_image}\n"
             f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} "
             "&& rm -rf /var/lib/apt/lists/*\n"

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from packaging.utils import canonicalize_name
 
+from gpuforge import options
 from gpuforge.errors import ConfigError, SelectorError
 from gpuforge.image import compat
 from gpuforge.plan import grammar, selectors
@@ -351,20 +352,13 @@ def _tag_is(tag: str, version: str, codename: str) -> bool:
 
 
 def _check_extra_ca(spec: MatrixFile, path: Path, problems: Problems) -> None:
-    """extra_ca is resolved against the matrix file's folder (as gpuforge.options does) and must be PEM."""
+    """extra_ca is read from the matrix file's folder and must be PEM: gpuforge.options' one rule, at plan time."""
     if not spec.extra_ca:
         return
     f = Path(spec.extra_ca) if Path(spec.extra_ca).is_absolute() else path.parent / spec.extra_ca
-    try:
-        head = f.read_bytes()[: 1 << 20] if f.is_file() else None
-    except OSError as e:
-        head, why = None, e.strerror
-    else:
-        why = "no such file"
-    if head is None:
-        problems.add(("extra_ca",), f"{f}: {why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
-    elif b"-----BEGIN CERTIFICATE-----" not in head:
-        problems.add(("extra_ca",), f"{f}: not a PEM bundle (no -----BEGIN CERTIFICATE----- line)")
+    why = options.pem_problem(f)
+    if why:
+        problems.add(("extra_ca",), f"{why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
 
 
 def _pip_pin_conflicts(settings: Settings, source: dict, variant: compat.Variant) -> list[tuple[tuple, str]]:

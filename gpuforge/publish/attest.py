@@ -21,7 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
+from gpuforge import options
+from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.publish.registry import auth_file, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
@@ -38,12 +39,10 @@ class Verifier:
 
     @classmethod
     def from_env(cls, key: str | None = None) -> Verifier | None:
-        key = key or os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY")
-        ident, issuer = os.environ.get("GPUFORGE_COSIGN_IDENTITY"), os.environ.get("GPUFORGE_COSIGN_ISSUER")
+        """--key, else GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer (gpuforge.options)."""
+        key = options.resolve_one(options.SETTINGS["verify_key"], cli=key).value
+        ident, issuer = options.setting("cosign_identity"), options.setting("cosign_issuer")
         if key:
-            if "://" not in key and not Path(key).is_file():
-                msg = f"cosign public key {key} does not exist (--key / GPUFORGE_COSIGN_PUBLIC_KEY)"
-                raise ConfigError(msg)
             return cls(key=key)
         if ident and issuer:
             return cls(identity=ident, issuer=issuer)
@@ -56,7 +55,7 @@ class Verifier:
 
 
 def _tlog() -> bool:
-    return os.environ.get("GPUFORGE_COSIGN_TLOG") == "1"
+    return options.setting("cosign_tlog")
 
 
 def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
 
+from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
@@ -175,7 +175,7 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
 
 def promote_targets(targets: list[Target], *, env: str, reports: Path, registry: str | None = None,
                     require_gpu: bool = False, key: str | None = None) -> list[dict]:
-    require_gpu = require_gpu or (env == "prod" and os.environ.get("GPUFORGE_PROD_REQUIRE_GPU") == "1")
+    require_gpu = require_gpu or (env == "prod" and options.setting("prod_require_gpu"))
     verifier = attest.Verifier.from_env(key)
     plans = [plan(t, env=env, reports=reports, registry=registry, require_gpu=require_gpu, verifier=verifier)
              for t in targets]

@@ -7,17 +7,17 @@ Writes are atomic (temp file + rename) so an interrupted run never leaves a torn
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
+from gpuforge import options
 from gpuforge.errors import FatalError
 
 _lock = threading.Lock()
 
 
 def state_dir() -> Path:
-    d = Path(os.environ.get("GPUFORGE_STATE_DIR", ".gpuforge"))
+    d = Path(options.setting("state_dir"))
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
@@ -52,16 +52,11 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
 
 
 def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
-    """Validator options for the GPU request mode and the GPUs asked for, grammar-checked (CLI/env input)."""
-    if gpu_request not in run.GPU_REQUESTS:
-        msg = f"--gpu-request / GPUFORGE_GPU_REQUEST: {gpu_request!r} is not one of {', '.join(run.GPU_REQUESTS)}"
-        raise ConfigError(msg)
+    """Validator options for the GPU request mode and the GPUs asked for (checked by gpuforge.options)."""
+    gpu_request = options.gpu_request(gpu_request).value  # checked by the one rule (a library caller too)
     out = ["--gpuforge-gpu-request", gpu_request]
     if gpus is not None:
-        if not (gpus == "all" or (gpus.isdigit() and len(gpus) < 4)):
-            msg = f"--gpus: {gpus!r} is not a GPU count or 'all'"
-            raise ConfigError(msg)
-        out += ["--gpuforge-gpus", gpus]
+        out += ["--gpuforge-gpus", options.resolve_one(options.SETTINGS["gpus"], cli=gpus).value]
     return out
 
 
@@ -89,7 +84,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         if rec.get("extra_ca"):
             args += ["--gpuforge-ca", rec["extra_ca"]]
         print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
-        rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
+        rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-{t.id}"[:60])
         if not rpath.exists():
             failed.append(t.id)
             print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
@@ -144,7 +139,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
     rpath = reports / "smoke" / f"{tid}.json"
     args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
              "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml"))]
-    rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
+    rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
                  files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
     if rpath.exists():
         print(report.finish(rpath))
