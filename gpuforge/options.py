@@ -100,13 +100,6 @@ def _run_id(value: str) -> str:
     return value
 
 
-def _registry(value: str) -> str:
-    if value == "":  # an empty registry would name images by the repository alone; never for push/promote
-        msg = "'' is not a registry address (allowed: HOST[:PORT], e.g. ghcr.io or 127.0.0.1:5000)"
-        raise ValueError(msg)
-    return grammar.registry(value)
-
-
 def _url(value: str) -> str:  # a build arg ends up in `docker history`: the URL grammar of matrix.yaml (no credentials)
     return grammar.url(value, what="a package index URL")
 
@@ -227,7 +220,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
             help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
     # push / attest / promote
-    Setting(name="registry", flag="--registry", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY", check=_registry,
+    Setting(name="registry", flag="--registry", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY", check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
     Setting(name="to", flag="--to", commands=("promote",), required=True, choices=("dev", "prod"),
             what="a promotion environment", help="the environment to promote to"),

@@ -82,9 +82,9 @@ def device(host, programs, gpu, timeout):
         pytest.fail(f"the device probe printed no report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
 
 
-def test_sees_exactly_the_gpus_asked_for(device, pytestconfig, is_image, facts):
+def test_sees_exactly_the_gpus_asked_for(device, pytestconfig, is_image, host_spec, facts):
     want, why = gpus_asked(pytestconfig.getoption("gpuforge_gpus"), is_image=is_image,
-                           host_spec=pytestconfig.getoption("gpuforge_host"), env=dict(os.environ), runner_count=_runner_count)
+                           host_spec=host_spec, env=dict(os.environ), runner_count=_runner_count)
     seen = device.get("count", 0) if device.get("ok") else 0
     facts["gpu_count"] = {"asked": want, "asked_from": why, "seen_by_cuda": seen, "names": device.get("names")}
     if want is None:

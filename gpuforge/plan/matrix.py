@@ -24,100 +24,14 @@ from gpuforge.image import compat
 from gpuforge.plan import grammar, selectors
 from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
 from gpuforge.plan.schema import field as field_name
+from gpuforge.plan.target import ImageRef, Target, target_id
 from gpuforge.plan.yamlpos import Positioned, load
+
+__all__ = ["DEFAULT_MATRIX", "ImageRef", "Matrix", "Target", "load_matrix", "target_id"]  # Target lives in plan.target
 
 DEFAULT_MATRIX = Path("matrix.yaml")
 MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is expanded
 _ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """One image to build: its axes, resolved settings and every version it must contain."""
-
-    id: str
-    torch: str
-    cuda: str
-    python: str
-    os: str
-    flavor: str
-    source: str
-    base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
-    bootstrap: dict | None  # {suite, mirror, variant} when the base is bootstrapped
-    settings: Settings = field(hash=False, compare=False)
-    variant: compat.Variant = field(hash=False, compare=False)
-    tags: tuple[str, ...]  # full references: registry/repository:tag
-    aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
-    registry: str
-    repository: str
-
-    @property
-    def image_name(self) -> str:
-        return f"{self.registry}/{self.repository}" if self.registry else self.repository
-
-    @property
-    def tag(self) -> str:
-        return self.tags[0].rsplit(":", 1)[1]
-
-    @property
-    def index_url(self) -> str:
-        """Where torch comes from: cuda-base images use the PyTorch index of their CUDA; wheels images
-        use PyPI when PyPI's default wheel is that CUDA variant, the PyTorch index otherwise."""
-        if self.settings.index_url:
-            return self.settings.index_url
-        if self.source == "wheels" and self.variant.on_pypi:
-            return self.settings.pypi_url
-        return self.variant.index_url
-
-    def axes(self) -> dict[str, str]:
-        return {k: getattr(self, k) for k in AXES}
-
-    def expected(self) -> dict:
-        """What the validators expect inside the image; the one place tests get versions from."""
-        v = self.variant
-        return {
-            "id": self.id,
-            "torch": v.torch_local_version,
-            "cuda": v.cuda,
-            "cudnn": v.cudnn,
-            "nccl": v.nccl,
-            "triton": v.triton,
-            "torchvision": v.torchvision,
-            "torchaudio": v.torchaudio,
-            "python": self.python,
-            "flavor": self.flavor,
-            "source": self.source,
-            "os": self.os,
-            "user": self.settings.user,
-            "uid": self.settings.uid,
-            "size_budget_gb": self.settings.size_budget_gb,
-            "arch_list": list(v.arch_list),
-            "ptx": list(v.ptx),
-        }
-
-    def expected_json(self) -> str:
-        """expected() as the target.json that images carry and validators read."""
-        return json.dumps(self.expected(), indent=2, sort_keys=True) + "\n"
-
-    def recipe_hash(self, context_files: dict[str, bytes] | None = None) -> str:
-        """Hash of everything that decides the image's bytes (the rendered context, when given)."""
-        h = hashlib.sha256(json.dumps(self.expected(), sort_keys=True).encode())
-        h.update(self.base_image.encode())
-        for name in sorted(context_files or {}):
-            h.update(name.encode() + b"\0" + context_files[name])
-        return h.hexdigest()[:16]
-
-
-def target_id(torch: str, cuda: str, python: str, os_name: str, flavor: str, source: str) -> str:
-    """Flat id with one grammar, usable as a tag: pt271-cu126-py311-debian12-runtime-wheels."""
-    return "-".join([
-        "pt" + torch.replace(".", ""),
-        compat.cuda_variant_name(cuda),
-        "py" + python.replace(".", ""),
-        os_name.replace(".", ""),
-        flavor,
-        source.replace("-", ""),
-    ])
 
 
 def bootstrap_tag(os_name: str, boot: dict) -> str:

@@ -19,6 +19,7 @@ from gpuforge import options, paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
+from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import records
 from gpuforge.validate import evidence, report
@@ -51,6 +52,20 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
             print(f"gpuforge: removed {removed} container(s) left by validator run {run_id}", file=sys.stderr)
 
 
+def rendered_target_json(t: Target) -> Path:
+    """The target.json rendering wrote (images/dist/<id>/, the file the image carries): the one copy validators
+    read. Missing, of another shape or stale: one line saying to run `gpuforge generate`."""
+    p = paths.dist() / t.id / "target.json"
+    try:
+        current = Expected.load(p)
+    except ExpectedError as e:
+        raise ConfigError(str(e)) from None
+    if current != t.expected():
+        msg = f"{p} is stale (it is not what matrix.yaml now says for {t.id}); run `gpuforge generate`"
+        raise ConfigError(msg)
+    return p
+
+
 def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
     """Validator options for the GPU request mode and the GPUs asked for (checked by gpuforge.options)."""
     gpu_request = options.gpu_request(gpu_request).value  # checked by the one rule (a library caller too)
@@ -74,9 +89,8 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             raise EngineError(msg) from None
         out = reports / t.id
         out.mkdir(parents=True, exist_ok=True)
-        (out / "target.json").write_text(t.expected_json())
         rpath = report_path(reports, t.id, gpu)
-        args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(out / "target.json"),
+        args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(rendered_target_json(t)),
                 "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
                 "-o", f"junit_suite_name={t.id}"]
         if gpu:
@@ -124,20 +138,20 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         raise ConfigError(msg)
     args: list[str] = gpu_args(gpu_request, gpus)
     if target_json:
+        try:  # the same schema the plugin reads it with: a bad file is one line here, not a pytest traceback
+            tid = Expected.load(target_json).id or "host"
+        except ExpectedError as e:
+            raise ConfigError(str(e)) from None
         args += ["--gpuforge-target", target_json]
-        tid = json.loads(Path(target_json).read_text()).get("id", "host")
     else:
         m: Matrix = load_matrix(matrix)
         t = m.select(selectors)[0]
-        reports.mkdir(parents=True, exist_ok=True)
-        tj = reports / f"{t.id}.target.json"
-        tj.write_text(t.expected_json())
-        args += ["--gpuforge-target", str(tj)]
+        args += ["--gpuforge-target", str(rendered_target_json(t))]
         tid = t.id
     for e in expect:
         args += ["--gpuforge-expect", e]
     rpath = reports / "smoke" / f"{tid}.json"
-    args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
+    args += [*(["--gpuforge-image", image] if image else ["--hosts", host]), "--gpuforge-gpu",
              "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml"))]
     rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
                  files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))

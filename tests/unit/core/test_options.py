@@ -51,7 +51,7 @@ def test_the_help_names_each_variable():
 
 def _extra_ca(tmp_path, write_matrix, monkeypatch, *, flag=False, env=False, matrix=False, host=False):
     files = {}
-    for name, on in (("flag", flag), ("env", env), ("matrix", matrix), ("host", host)):
+    for name in ("flag", "env", "matrix", "host"):
         files[name] = tmp_path / f"{name}.pem"
         files[name].write_text(PEM)
     if env:
