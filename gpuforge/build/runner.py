@@ -29,7 +29,7 @@ from gpuforge.engine import client as engine
 from gpuforge.state import records
 from gpuforge.render import dockerfile as render
 from gpuforge.errors import BuildError, ConfigError, EngineError
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import ImageRef, Target
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
@@ -222,9 +222,8 @@ class _Runner:
 
     def _tag(self, t: Target, image_id: str, r: Result, recipe: str) -> None:
         img = engine.client().images.get(image_id)
-        for ref in t.tags:
-            repo, tag = ref.rsplit(":", 1)
-            img.tag(repo, tag)
+        for ref in map(ImageRef.parse, t.tags):
+            img.tag(ref.name, ref.tag)
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, int(img.attrs.get("Size", 0))
         records.update(t.id, image_id=image_id, tags=list(t.tags), size=r.size, seconds=round(r.seconds, 1),
                        driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,

@@ -267,13 +267,6 @@ def reference_match(value: str) -> re.Match:
     return m
 
 
-def split_reference(value: str) -> tuple[str, str | None]:
-    """(last path component of the name, tag or None) of a valid reference."""
-    m = _REFERENCE_RE.match(value)
-    path = m.group(2) if m else value
-    return path.rsplit("/", 1)[-1], (m.group(3) if m else None)
-
-
 def user_name(value: str) -> str:
     _plain(value, "a user name")
     if not _USER_RE.match(value):

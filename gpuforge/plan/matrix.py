@@ -252,8 +252,9 @@ def _check_bases(spec: MatrixFile, problems: Problems) -> None:
                              f"another OS with another Python than {name} promises (allowed: {info['codename']})")
             continue
         family = {i["family"] for i in (compat.os_info(o) for o in compat.os_names())}
-        image_name, tag = grammar.split_reference(base.image)
-        version = info["image"].rsplit(":", 1)[-1]
+        ref = ImageRef.parse(base.image)  # the schema checked its grammar
+        image_name, tag = ref.repository.rsplit("/", 1)[-1], ref.tag
+        version = str(ImageRef.parse(info["image"]).tag)
         if image_name in family and image_name != info["family"]:
             problems.add(("bases", name, "image"), f"{base.image!r} is {image_name}, not {info['family']} ({name})")
         elif image_name == info["family"] and tag and not _tag_is(tag, version, info["codename"]):
@@ -295,7 +296,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     problems = Problems(doc)
     _check_bases(spec, problems)
     _check_extra_ca(spec, path, problems)
-    image_name = f"{spec.registry}/{spec.repository}" if spec.registry else spec.repository
+    image_name = ImageRef(spec.registry, spec.repository).name
     if len(image_name) > grammar.NAME_MAX:
         problems.add(("repository",), f"{image_name!r} (registry/repository) is longer than {grammar.NAME_MAX} characters")
     resolver = _Resolver(spec, doc, problems)
@@ -347,7 +348,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                                  f"{lst[j]!r} renders {e}", tid, key="renders")
         targets.append(Target(
             id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
-            tags=(f"{image_name}:{tag}",), aliases=aliases, registry=spec.registry, repository=spec.repository,
+            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), aliases=aliases, registry=spec.registry, repository=spec.repository,
         ))
     if rows is not None:
         resolver.unused()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gpuforge import options
 from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish.registry import auth_file, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
@@ -78,7 +79,7 @@ def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> s
 
 def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None:
     """Sign `predicate` as an in-toto statement about `ref` (host/repo@sha256:...) and push it."""
-    host = ref.split("/", 1)[0]
+    host = ImageRef.parse(ref).registry
     args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate),
             f"--tlog-upload={'true' if _tlog() else 'false'}", *(["--key", key] if key else []), ref]
     r = _cosign(args, host, "attest")
@@ -90,7 +91,8 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
 def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
     """The predicates of every attestation of `type_uri` on `ref` whose signature verifies and whose
     subject is exactly this digest; [] when there is none."""
-    host, digest = ref.split("/", 1)[0], ref.rsplit("@", 1)[1]
+    parsed = ImageRef.parse(ref)
+    host, digest = parsed.registry, parsed.digest
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
             *([] if _tlog() else ["--insecure-ignore-tlog=true"]), ref]
     r = _cosign(args, host, "verify-attestation")

@@ -71,6 +71,27 @@ REFUSED = {
     "os-typo-grouped": "$.matrix.os[0]",
     "exclude-empty": "$.matrix.exclude[0]",
     "repository-too-long": "$.repository",
+    # the small base's cases
+    "registry-empty": "$.registry",
+    "registry-bare-name": "$.registry",
+    "not-a-mapping": "$",
+    "unknown-top-key": "$",
+    "unknown-axis-key": "$.matrix",
+    "float-cuda": "$.matrix.cuda[0]",
+    "axis-not-list": "$.matrix.torch",
+    "bad-flavor": "$.matrix.flavor[1]",
+    "bad-source": "$.matrix.source[0]",
+    "missing-matrix": "$",
+    "missing-default": "$",
+    "unknown-os": "$.matrix.os[0]",
+    "include-unknown-key": "$.matrix.include[0]",
+    "include-float": "$.matrix.include[0].cuda",
+    "bad-user": "$.defaults.user",
+    "low-uid": "$.defaults.uid",
+    "bootstrap-unknown-key": "$.bases.debian12.bootstrap",
+    "base-unknown-os": "$.bases",
+    "tag-template-placeholder": "$.tag_template",
+    "bad-repository": "$.repository",
 }
 # Beyond a schema (YAML-level, cross-field or compat-data checks): only the loader refuses these.
 LOADER_ONLY = {
@@ -80,6 +101,9 @@ LOADER_ONLY = {
     "cuda-unquoted-12.10", "os-norway-no", "flavor-typo", "alias-bomb", "alias-recursive", "deep-nesting",
     "ten-megabytes", "axes-product-explosion", "selector-brace-bomb", "non-utf8-bytes", "control-character",
     "python-object-tag", "empty-int-tag", "boolean-key", "duplicate-key", "two-documents", "bad-timestamp",
+    "default-matches-nothing", "cuda-not-published", "unknown-torch", "python-os-mismatch",
+    "python-unsupported-by-torch", "cuda-base-tag-missing", "duplicate-target", "include-incomplete", "exclude-nothing",
+    "base-both", "override-bad-selector", "bad-yaml", "small-duplicate-key",
 }
 
 
