@@ -433,3 +433,17 @@ def setting(name: str):
 def gpu_request(cli: str | None, matrix=None) -> Resolved:
     """How containers ask for GPUs: --gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request, nvidia."""
     return resolve_one(SETTINGS["gpu_request"], cli=cli, matrix=matrix)
+
+
+def markdown_table() -> str:
+    """The table as docs/options.md shows it (tests keep the page in step with TABLE)."""
+    rows = ["| setting | flag | commands | environment | matrix.yaml | then | default |", "|---|---|---|---|---|---|---|"]
+    for s in TABLE:
+        flag = " / ".join(f"`{n}`" for n in (s.short, s.flag) if n)
+        cmds = ", ".join(s.commands) if s.commands else ("all" if s.flag else "")
+        default = "" if s.default in (None, (), "") else f"`{s.default}`"
+        if s.choices:
+            default += f" (one of {', '.join(s.choices)})"
+        rows.append(f"| {s.name} | {flag} | {cmds} | {f'`{s.env}`' if s.env else ''} | {f'`{s.key}`' if s.key else ''} "
+                    f"| {', '.join(f'`{e}`' for e in s.fallback_env)} | {default.strip()} |")
+    return "\n".join(rows) + "\n"

@@ -193,3 +193,11 @@ def test_options_are_frozen():
         o.driver = "classic"
     with pytest.raises(TypeError):
         o.resolved["driver"] = None
+
+
+def test_the_docs_page_shows_the_table():
+    from gpuforge import paths
+
+    page = (paths.project_root() / "docs" / "options.md").read_text()
+    assert options.markdown_table() in page, (
+        "docs/options.md is stale: paste `python -c \"from gpuforge import options; print(options.markdown_table())\"`")
