@@ -40,7 +40,7 @@ from pathlib import Path
 
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.build import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
@@ -260,8 +260,8 @@ def main() -> int:
     ap.add_argument("--extra-ca", help="CA bundle passed as the build secret (default: GPUFORGE_EXTRA_CA, "
                     "then the host's pip trust, as `gpuforge build` does)")
     args = ap.parse_args()
-    host = build.host_trust()
-    ca = args.extra_ca or os.environ.get("GPUFORGE_EXTRA_CA") or (host.value if host else None)
+    # --extra-ca, else gpuforge's own resolution (GPUFORGE_EXTRA_CA, then the host's pip trust; PEM-checked)
+    ca = options.resolve_one(options.SETTINGS["extra_ca"], cli=args.extra_ca).value
     t = load_matrix().select(None)[0]
     driver = engine.choose_driver()
     if args.cold:

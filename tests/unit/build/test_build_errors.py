@@ -1,5 +1,5 @@
 """A failed build's error line names the cause and the fix (build.diagnose), and the host's CA trust is the
-build's CA secret by default (build.host_trust)."""
+build's CA secret by default (gpuforge.options' extra_ca falls back to the host's pip trust)."""
 
 from __future__ import annotations
 
