@@ -10,7 +10,8 @@ class FatalError(Exception):
 
 
 class ConfigError(FatalError):
-    """matrix.yaml (or a CLI option) is malformed or asks for something impossible."""
+    """matrix.yaml, a flag, a GPUFORGE_* variable or an input file (--target-json) is malformed or asks for
+    something impossible."""
 
     return_code = 2
 

@@ -1,69 +1,483 @@
-"""Option resolution in one place: CLI flag, then environment, then matrix.yaml, then the default.
+"""Every gpuforge setting, declared once: its CLI flag, `GPUFORGE_*` variable, matrix.yaml key, default
+and check (TABLE). `resolve()` turns the parsed flags, the environment and (when a command loads it)
+matrix.yaml into one frozen `Options` that remembers where each value came from; `gpuforge -v CMD`
+prints them.
 
-Each resolved value remembers where it came from, so an error names the real source (`--extra-ca`,
-`GPUFORGE_EXTRA_CA`, or `matrix.yaml:12: extra_ca`), and a relative path from the matrix file is
-resolved against the matrix file's folder, not the cwd.
+Source order, for every setting: the CLI flag, then its environment variable, then its matrix.yaml key,
+then any fallback variables (the host's CA trust for extra_ca), then the default. An empty variable is
+unset. A value from any source goes through the same check, and a bad one is one line naming its source
+(`--driver`, `GPUFORGE_DRIVER`, `matrix.yaml:12: extra_ca`), exit 2.
+
+Nothing else in gpuforge/ reads `GPUFORGE_*` from the environment (gpuforge/image/ reads the in-image
+variables itself), and nothing here reads it at import time: `setting(name)` answers from the Options
+the CLI resolved for this command, or, used as a library (tests, the validator plugin in its pytest
+child), from the environment at the moment of the call.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from dataclasses import dataclass
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from gpuforge.errors import ConfigError
 from gpuforge.plan import grammar
 from gpuforge.plan.schema import GPU_REQUESTS
 
+PEM_MARK = b"-----BEGIN CERTIFICATE-----"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+# --- checks: value text -> value, or ValueError saying what is allowed --------------------------------
+
+def pem_problem(path: Path) -> str | None:
+    """Why `path` is not a PEM CA bundle (no such file, unreadable, no certificate), or None."""
+    try:
+        head = path.read_bytes()[: 1 << 20] if path.is_file() else None
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if head is None:
+        return f"{path}: no such file"
+    if PEM_MARK not in head:
+        return f"{path}: not a PEM bundle (no {PEM_MARK.decode()} line)"
+    return None
+
+
+def _pem(value: str) -> str:
+    why = pem_problem(Path(value))
+    if why:
+        msg = f"{why} (give a PEM CA bundle; it reaches the build only as a secret)"
+        raise ValueError(msg)
+    return value
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    msg = f"{value!r} is not a switch (allowed: 1 or 0; also true/false, yes/no, on/off)"
+    raise ValueError(msg)
+
+
+def _jobs(value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if not 1 <= n <= 256:
+        msg = f"{value!r} is not a number of parallel builds (allowed: 1 to 256)"
+        raise ValueError(msg)
+    return n
+
+
+def _gpus(value: str) -> str:
+    if not (value == "all" or (value.isdigit() and len(value) < 4)):
+        msg = f"{value!r} is not a GPU count or 'all'"
+        raise ValueError(msg)
+    return value
+
+
+def _cosign_key(value: str) -> str:
+    if "://" not in value and not Path(value).is_file():  # a KMS URI (awskms://, k8s://...) is cosign's to check
+        msg = f"cosign key {value} does not exist"
+        raise ValueError(msg)
+    return value
+
+
+# The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.publish.cve uses this one.
+CVE_SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")
+
+
+def _severity(value: str) -> str:
+    if value.upper() not in CVE_SEVERITIES:
+        msg = f"{value!r} is not a severity (allowed: {', '.join(CVE_SEVERITIES)})"
+        raise ValueError(msg)
+    return value.upper()
+
+
+def _hours(value) -> float:
+    try:
+        h = float(value)
+    except (TypeError, ValueError):
+        h = -1.0
+    if not 0 < h < 24 * 365:
+        msg = f"{value!r} is not a number of hours (allowed: more than 0, less than a year)"
+        raise ValueError(msg)
+    return h
+
+
+def _run_id(value: str) -> str:
+    if not _RUN_ID.fullmatch(value):
+        msg = f"{value!r} is not a run id (allowed: letters, digits, _ . -, at most 64)"
+        raise ValueError(msg)
+    return value
+
+
+def _url(value: str) -> str:  # a build arg ends up in `docker history`: the URL grammar of matrix.yaml (no credentials)
+    return grammar.url(value, what="a package index URL")
+
+
+# What makes a folder a gpuforge checkout (gpuforge.paths finds one by them when GPUFORGE_ROOT is unset).
+CHECKOUT_MARKERS = ("images/context", "validators")
+
+
+def _root(value: str) -> str:
+    root = Path(value).resolve()
+    if not all((root / m).is_dir() for m in CHECKOUT_MARKERS):
+        msg = f"{value}: not a gpuforge checkout (needs {' and '.join(CHECKOUT_MARKERS)})"
+        raise ValueError(msg)
+    return str(root)
+
+
+def _text(value: str) -> str:
+    why = grammar.printable(value)
+    if why:
+        msg = f"{value!r} may not contain control characters or line breaks ({why})"
+        raise ValueError(msg)
+    return value
+
+
+# --- the table ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One setting: where it may come from, and the one check every source goes through."""
+
+    name: str  # attribute of Options, argparse dest
+    help: str
+    flag: str | None = None  # "--driver"
+    short: str | None = None  # "-j"
+    commands: tuple[str, ...] = ()  # subcommands with the flag; a flag with none is global
+    env: str | None = None  # "GPUFORGE_DRIVER"
+    key: str | None = None  # a top-level matrix.yaml key
+    fallback_env: tuple[str, ...] = ()  # read after matrix.yaml (not GPUFORGE_*: the host's own variables)
+    default: object = None
+    choices: tuple[str, ...] = ()
+    what: str = "a value"  # for "'x' is not a build driver"
+    check: Callable | None = None  # text -> value, ValueError when bad (choices are checked apart)
+    action: str | None = None  # argparse: store_true, append
+    required: bool = False
+    is_path: bool = False  # relative values from matrix.yaml are read from the matrix file's folder
+    secret: bool = False  # -v shows that it is set, never the value
+
+    def sources(self) -> tuple[str, ...]:
+        """Where the value may come from, in order."""
+        out = [f for f in (self.flag, self.env) if f]
+        if self.key:
+            out.append(f"matrix.yaml: {self.key}")
+        return (*out, *self.fallback_env, "default")
+
+
+_BUILD, _GPU = ("build",), ("validate", "smoke")
+_REGISTRY_CMDS = ("push", "promote", "attest")
+_FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
+_REPORTS = ("validate", "smoke", "promote", "attest")
+
+TABLE: tuple[Setting, ...] = (
+    # global
+    Setting(name="matrix", flag="--matrix", env="GPUFORGE_MATRIX", default="matrix.yaml", check=_text,
+            help="path to matrix.yaml"),
+    Setting(name="verbose", flag="--verbose", short="-v", action="store_true", default=False,
+            help="print every resolved option and where it came from (flag, environment, matrix.yaml, default)"),
+    # plan / generate / schema
+    Setting(name="json", flag="--json", commands=("plan",), action="store_true", default=False,
+            help='print {"include": [...]} for a GitHub Actions matrix'),
+    Setting(name="check", flag="--check", commands=("generate", "schema"), action="store_true", default=False,
+            help="fail, naming the files, when generated files (or the committed schema) are stale"),
+    Setting(name="output", flag="--output", commands=("schema",), default="matrix.schema.json", check=_text,
+            help="where the schema is written"),
+    # build
+    Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
+    Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,
+            help="build the other targets after one fails"),
+    Setting(name="extra_ca", flag="--extra-ca", commands=_BUILD, env="GPUFORGE_EXTRA_CA", key="extra_ca",
+            fallback_env=("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"), check=_pem, is_path=True,
+            help="PEM bundle trusted by pip in the build, passed as a BuildKit secret; else matrix.yaml's extra_ca, "
+                 "else what the host's pip trusts (PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE)"),
+    Setting(name="builder", flag="--builder", commands=_BUILD, env="GPUFORGE_BUILDER", check=_text,
+            help="buildx builder (remote BuildKit)"),
+    Setting(name="cache_from", flag="--cache-from", commands=_BUILD, action="append", default=(), check=_text,
+            help="buildx --cache-from (repeatable)"),
+    Setting(name="cache_to", flag="--cache-to", commands=_BUILD, env="GPUFORGE_CACHE_TO", check=_text, help="buildx --cache-to"),
+    Setting(name="docker", flag="--docker", commands=_BUILD, env="GPUFORGE_DOCKER", check=_text, help="docker client to use"),
+    Setting(name="driver", flag="--driver", commands=_BUILD, env="GPUFORGE_DRIVER", default="auto",
+            choices=("auto", "buildx", "classic"), what="a build driver",
+            help="build driver: buildx when the client has it (auto), or force one"),
+    Setting(name="no_cache", flag="--no-cache", commands=_BUILD, action="store_true", default=False,
+            help="rebuild every layer (BuildKit's cache mounts still apply)"),
+    Setting(name="index_url", flag="--index-url", commands=_BUILD, env="GPUFORGE_INDEX_URL", check=_url,
+            help="override the torch index (a mirror)"),
+    Setting(name="pypi_url", flag="--pypi-url", commands=_BUILD, env="GPUFORGE_PYPI_URL", check=_url,
+            help="override the PyPI index (a mirror)"),
+    Setting(name="progress", flag="--progress", commands=_BUILD, default="auto", choices=("auto", "tty", "plain"),
+            what="a progress style", help="build progress output"),
+    Setting(name="log_dir", commands=_BUILD, env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text, help="build logs"),
+    # validate / smoke
+    Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
+    Setting(name="gpu", flag="--gpu", commands=("validate", "attest"), action="store_true", default=False,
+            help="validate: also run the GPU validators (containers get every GPU); attest: the GPU report"),
+    Setting(name="gpu_request", flag="--gpu-request", commands=_GPU, env="GPUFORGE_GPU_REQUEST", key="gpu_request",
+            default=GPU_REQUESTS[0], choices=GPU_REQUESTS, what="a GPU request mode",
+            help="how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
+                 "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on)"),
+    Setting(name="pytest_args", flag="--pytest-args", commands=_GPU, default="", check=_text,
+            help="extra pytest arguments, e.g. '-k ssh'"),
+    Setting(name="image", flag="--image", commands=("smoke",), check=_text,
+            help="start a container of this image with every GPU and check inside it"),
+    Setting(name="gpus", flag="--gpus", commands=("smoke",), check=_gpus,
+            help="GPUs the runner was asked to give (a count or 'all'); the device-count check fails when the "
+                 "container or host sees another number"),
+    Setting(name="expect", flag="--expect", commands=("smoke",), action="append", default=(), check=_text,
+            help="KEY=VALUE expected version (overrides the target)"),
+    Setting(name="target_json", flag="--target-json", commands=("smoke",), check=_text,
+            help="expected versions as JSON (e.g. /opt/gpuforge/target.json)"),
+    Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
+            help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
+    # push / attest / promote
+    Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "cve-gate", *_FLEET_READS), env="GPUFORGE_REGISTRY",
+            check=grammar.registry,
+            help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
+    Setting(name="to", flag="--to", commands=("promote",), required=True, choices=("dev", "prod"),
+            what="a promotion environment", help="the environment to promote to"),
+    Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,
+            help="also require a GPU-validated report"),
+    Setting(name="prod_require_gpu", commands=("promote",), env="GPUFORGE_PROD_REQUIRE_GPU", default=False, check=_bool,
+            help="promotion to prod always requires a GPU-validated report"),
+    Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS), env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
+            help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
+    Setting(name="signing_key", flag="--key", commands=("attest", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
+            help="cosign private key (password in COSIGN_PASSWORD); none: keyless (OIDC)"),
+    Setting(name="cosign_identity", commands=("promote",), env="GPUFORGE_COSIGN_IDENTITY", check=_text,
+            help="keyless verification: the signer's certificate identity"),
+    Setting(name="cosign_issuer", commands=("promote",), env="GPUFORGE_COSIGN_ISSUER", check=_text,
+            help="keyless verification: its OIDC issuer"),
+    Setting(name="cosign_tlog", commands=("promote", "attest"), env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
+            help="upload to / check the Rekor transparency log"),
+    Setting(name="registry_user", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_USER", check=_text,
+            help="registry user (with the password)"),
+    Setting(name="registry_password", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_PASSWORD",
+            secret=True,
+            help="registry password or token (written to a private auth file, never to a command line)"),
+    Setting(name="registry_insecure", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_INSECURE", default=False,
+            check=_bool,
+            help="plain HTTP / no TLS verification for every registry (loopback registries always are)"),
+    # the CVE gate (docs/cve.md)
+    Setting(name="cve_allowlist", flag="--allowlist", commands=("cve-gate",), env="GPUFORGE_CVE_ALLOWLIST", check=_text,
+            help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by"),
+    Setting(name="cve_severity", flag="--severity", commands=("cve-gate",), env="GPUFORGE_CVE_SEVERITY", default="HIGH",
+            check=_severity, help="lowest severity counted (UNKNOWN NEGLIGIBLE LOW MEDIUM HIGH CRITICAL)"),
+    Setting(name="cve_max_db_age_hours", flag="--max-db-age-hours", commands=("cve-gate",),
+            env="GPUFORGE_CVE_MAX_DB_AGE_HOURS", default=72.0, check=_hours,
+            help="a vulnerability database older than this fails the gate"),
+    Setting(name="prod_require_cve", commands=("promote",), env="GPUFORGE_PROD_REQUIRE_CVE", default=False, check=_bool,
+            help="promotion to prod also requires a green signed CVE verdict"),
+    # where things are
+    Setting(name="state_dir", env="GPUFORGE_STATE_DIR", default=".gpuforge", check=_text, help="build/push records"),
+    Setting(name="root", env="GPUFORGE_ROOT", check=_root,
+            help="the gpuforge checkout; default: the nearest folder at or above the cwd with images/context and validators/"),
+)
+SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in TABLE})
+
+
+# --- resolution --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Resolved:
     name: str
-    value: str | None
+    value: object
     source: str  # "--flag", "ENV_VAR", "matrix.yaml:LINE: key" or "default"
 
     def __bool__(self) -> bool:
         return self.value is not None
 
 
-def resolve(name: str, *, flag: str, cli: str | None, env: str | None = None, matrix=None, key: str | None = None,
-            default: str | None = None, is_path: bool = False) -> Resolved:
-    """The first value given among: the CLI flag, $env, matrix.yaml's `key`, the default.
+def _checked(s: Setting, value, source: str) -> Resolved:
+    if s.action == "append":
+        value = tuple(value)
+        for v in value:
+            _checked(Setting(name=s.name, help="", check=s.check), v, source)
+        return Resolved(s.name, value, source)
+    if s.choices and value not in s.choices:
+        msg = (f"{source}: {value!r} is not {s.what} (allowed: {', '.join(s.choices)})"
+               f"{grammar.nearest(value, s.choices)}")
+        raise ConfigError(msg)
+    try:
+        value = s.check(value) if s.check and not (s.action == "store_true" and value is True) else value
+    except ValueError as e:
+        msg = f"{source}: {e}"
+        raise ConfigError(msg) from None
+    return Resolved(s.name, value, source)
 
-    `matrix` is a loaded gpuforge.plan.matrix.Matrix (its spec and positions); `key` a top-level matrix key.
-    """
-    if cli not in (None, ""):
-        return Resolved(name, cli, flag)
-    if env and os.environ.get(env):
-        return Resolved(name, os.environ[env], env)
-    if matrix is not None and key and getattr(matrix.spec, key, None) not in (None, ""):
-        value = str(getattr(matrix.spec, key))
-        if is_path and not Path(value).is_absolute():
+
+def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = None, matrix=None) -> Resolved:
+    """The first value given among the setting's sources (see Setting.sources), checked."""
+    env = os.environ if environ is None else environ
+    if cli not in (None, "", False, (), []):
+        return _checked(s, cli, s.flag or s.name)
+    if s.env and env.get(s.env):
+        return _checked(s, env[s.env], s.env)
+    if matrix is not None and s.key and getattr(matrix.spec, s.key, None) not in (None, ""):
+        value = str(getattr(matrix.spec, s.key))
+        if s.is_path and not Path(value).is_absolute():
             value = str((matrix.path.parent / value).resolve())
-        return Resolved(name, value, f"{matrix.doc.where((key,))}: {key}")
-    return Resolved(name, default, "default")
+        return _checked(s, value, f"{matrix.doc.where((s.key,))}: {s.key}")
+    for name in s.fallback_env:
+        if env.get(name):
+            return _checked(s, env[name], name)
+    return Resolved(s.name, s.default, "default")
 
 
-def existing_file(opt: Resolved, what: str) -> Resolved:
-    """Refuse a path option that names no file, blaming the source it came from."""
-    if opt.value is not None and not Path(opt.value).is_file():
-        msg = f"{opt.source}: {opt.value}: no such file ({what})"
-        raise ConfigError(msg)
-    return opt
+@dataclass(frozen=True)
+class Options:
+    """Every setting of one command, resolved; `opts.driver` is the value, `opts.source("driver")` its origin."""
+
+    command: str | None
+    resolved: Mapping[str, Resolved]
+    matrix_read: bool = False
+    args_id: int | None = None  # the argparse Namespace these came from
+    _flags: Mapping[str, object] = field(default_factory=dict, repr=False)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.resolved[name].value
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def source(self, name: str) -> str:
+        return self.resolved[name].source
+
+    def get(self, name: str) -> Resolved:
+        return self.resolved[name]
+
+    def with_matrix(self, matrix) -> Options:
+        """The settings that matrix.yaml may give, re-resolved with it (flags and variables still come first)."""
+        out = dict(self.resolved)
+        for s in TABLE:
+            if s.key and s.name in out:
+                out[s.name] = resolve_one(s, cli=self._flags.get(s.name), matrix=matrix)
+        return Options(self.command, MappingProxyType(out), True, self.args_id, self._flags)
+
+    def lines(self) -> list[str]:
+        """`name = value (from source)` for every setting, in table order; secrets are shown as set or not."""
+        out = []
+        for name, r in self.resolved.items():
+            shown = ("(set)" if r.value is not None else None) if SETTINGS[name].secret else r.value
+            if isinstance(shown, tuple):
+                shown = list(shown)
+            out.append(f"{name} = {shown!r} (from {r.source})")
+        return out
 
 
-def one_of(opt: Resolved, allowed, what: str) -> Resolved:
-    """Refuse a value outside `allowed`, blaming the source it came from (a flag or an env var get no
-    pydantic check; matrix.yaml's value was checked at load, this is the same rule again)."""
-    if opt.value is not None and opt.value not in allowed:
-        msg = (f"{opt.source}: {opt.value!r} is not {what} (allowed: {', '.join(allowed)})"
-               f"{grammar.nearest(opt.value, allowed)}")
-        raise ConfigError(msg)
-    return opt
+def _applies(s: Setting, command: str | None) -> bool:
+    return not s.commands or command in s.commands
+
+
+def resolve(args: argparse.Namespace | None = None, command: str | None = None,
+            environ: Mapping[str, str] | None = None, matrix=None) -> Options:
+    """Every setting of `command` (the global and environment-only ones too) from parsed flags, the
+    environment and matrix.yaml. Raises ConfigError naming the source of the first bad value."""
+    command = command or getattr(args, "cmd", None)
+    flags = {s.name: getattr(args, s.name, None) for s in TABLE if s.flag and _applies(s, command)} if args else {}
+    out = {s.name: resolve_one(s, cli=flags.get(s.name), environ=environ, matrix=matrix)
+           for s in TABLE if _applies(s, command)}
+    return Options(command, MappingProxyType(out), matrix is not None, id(args) if args else None,
+                   MappingProxyType(flags))
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """The table's flags for `command` (None: the global ones). Defaults stay None here: a value argparse
+    filled in could not be told from one the user gave, and the environment comes after the flag."""
+    for s in TABLE:
+        if not s.flag or (s.commands if command is None else command not in s.commands):
+            continue
+        names = [n for n in (s.short, s.flag) if n]
+        kw: dict = {"dest": s.name, "help": _help(s)}
+        if s.action:
+            kw["action"] = s.action
+            kw["default"] = [] if s.action == "append" else False
+        else:
+            kw["default"] = None
+            if s.choices:
+                kw["metavar"] = "{" + ",".join(s.choices) + "}"
+        if s.required:
+            kw["required"] = True
+        parser.add_argument(*names, **kw)
+
+
+def _help(s: Setting) -> str:
+    tail = [f"env {s.env}"] if s.env else []
+    if s.key:
+        tail.append(f"matrix.yaml {s.key}")
+    if s.default not in (None, False, (), ""):
+        tail.append(f"default {s.default}")
+    return f"{s.help} ({'; '.join(tail)})" if tail else s.help
+
+
+# --- the options of this command, for the modules that need one value ----------------------------------
+
+_active: Options | None = None
+
+
+def activate(opts: Options | None) -> None:
+    """The CLI's resolved options for this command (None again when it ends)."""
+    global _active
+    _active = opts
+
+
+def current() -> Options | None:
+    return _active
+
+
+def for_args(args: argparse.Namespace) -> Options:
+    """The options of this parsed command line: those main() resolved, else resolved now (a caller that
+    runs a command function itself, as tests do)."""
+    if _active is None or _active.args_id != id(args):
+        activate(resolve(args))
+    return _active
+
+
+def use_matrix(matrix) -> Options:
+    """Fill in the matrix.yaml layer once the command has loaded it; print the options under -v."""
+    opts = _active or resolve()
+    if matrix is not None and not opts.matrix_read:
+        opts = opts.with_matrix(matrix)
+    activate(opts)
+    if opts.resolved.get("verbose") and opts.verbose:
+        for line in opts.lines():
+            print(f"gpuforge: option {line}", file=sys.stderr)
+    return opts
+
+
+def setting(name: str):
+    """One setting's value: from the command's resolved options, else (library use) the environment now."""
+    if _active is not None and name in _active.resolved:
+        return _active.resolved[name].value
+    return resolve_one(SETTINGS[name]).value
 
 
 def gpu_request(cli: str | None, matrix=None) -> Resolved:
     """How containers ask for GPUs: --gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request, nvidia."""
-    opt = resolve("gpu_request", flag="--gpu-request", cli=cli, env="GPUFORGE_GPU_REQUEST", matrix=matrix,
-                  key="gpu_request", default=GPU_REQUESTS[0])
-    return one_of(opt, GPU_REQUESTS, "a GPU request mode")
+    return resolve_one(SETTINGS["gpu_request"], cli=cli, matrix=matrix)
+
+
+def markdown_table() -> str:
+    """The table as docs/options.md shows it (tests keep the page in step with TABLE)."""
+    rows = ["| setting | flag | commands | environment | matrix.yaml | then | default |", "|---|---|---|---|---|---|---|"]
+    for s in TABLE:
+        flag = " / ".join(f"`{n}`" for n in (s.short, s.flag) if n)
+        cmds = ", ".join(s.commands) if s.commands else ("all" if s.flag else "")
+        default = "" if s.default in (None, (), "") else f"`{s.default}`"
+        if s.choices:
+            default += f" (one of {', '.join(s.choices)})"
+        rows.append(f"| {s.name} | {flag} | {cmds} | {f'`{s.env}`' if s.env else ''} | {f'`{s.key}`' if s.key else ''} "
+                    f"| {', '.join(f'`{e}`' for e in s.fallback_env)} | {default.strip()} |")
+    return "\n".join(rows) + "\n"

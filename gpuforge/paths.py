@@ -6,28 +6,28 @@ install works from the repository root.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
+from gpuforge import options
 from gpuforge.errors import ConfigError
 
 # What every image may COPY from the one build context (the project root). The root .dockerignore is
 # generated from this list (render.dockerignore), and the recipe hash covers exactly these files.
 CONTEXT_PATHS = ("gpuforge/__init__.py", "gpuforge/image", "images/context", "images/programs")
-MARKERS = ("images/context", "validators")
+MARKERS = options.CHECKOUT_MARKERS
+
+
+def project_root() -> Path:
+    """GPUFORGE_ROOT (checked by gpuforge.options), else the nearest folder at or above the cwd that holds
+    images/context and validators/."""
+    root = options.setting("root")
+    if root:
+        return Path(root)
+    return _found(Path.cwd().resolve())
 
 
 @functools.cache
-def project_root() -> Path:
-    """$GPUFORGE_ROOT, else the nearest folder at or above the cwd that holds images/context and validators/."""
-    env = os.environ.get("GPUFORGE_ROOT")
-    if env:
-        root = Path(env).resolve()
-        if not all((root / m).is_dir() for m in MARKERS):
-            msg = f"GPUFORGE_ROOT={env}: not a gpuforge checkout (needs {' and '.join(MARKERS)})"
-            raise ConfigError(msg)
-        return root
-    here = Path.cwd().resolve()
+def _found(here: Path) -> Path:
     for d in (here, *here.parents):
         if all((d / m).is_dir() for m in MARKERS):
             return d

@@ -51,6 +51,20 @@ def ctrl_c_able() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# Property tests: a fast profile by default, the thorough one in CI (.ci/run exports HYPOTHESIS_PROFILE=ci).
+# Each test asks for its CI count through examples(); the dev profile runs a tenth of it.
+from hypothesis import settings as _hypothesis  # noqa: E402 - after the sys.path set-up above
+
+_hypothesis.register_profile("ci", max_examples=100, deadline=None, database=None, print_blob=True)
+_hypothesis.register_profile("dev", max_examples=10, deadline=None, database=None)
+_hypothesis.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def examples(thorough: int) -> int:
+    """`thorough` examples under the ci profile, scaled by the loaded one (dev: a tenth, at least 2)."""
+    return max(2, thorough * _hypothesis.default.max_examples // 100)
+
+
 def need(msg: str):
     """A resource the test needs is absent: skip saying why, or FAIL under GPUFORGE_REQUIRE_DOCKER=1 (CI)."""
     if REQUIRE:
@@ -87,6 +101,16 @@ def pytest_configure(config):
 
         os.environ["GPUFORGE_STATE_DIR"] = tempfile.mkdtemp(prefix="gpuforge-test-state-")
     os.environ.setdefault("GPUFORGE_LOG_DIR", os.path.join(os.environ["GPUFORGE_STATE_DIR"], "logs"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    """A test that runs a command function itself leaves that command's resolved options active
+    (main() clears them); the next test reads its own environment."""
+    yield
+    from gpuforge import options
+
+    options.activate(None)
 
 
 @pytest.fixture(scope="session")

@@ -40,11 +40,12 @@ from pathlib import Path
 
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.build import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
+from gpuforge.render import packages
 
 REGISTRY_PORTS = range(5300, 5400)
 REPOSITORY = "gpuforge-test-13b/cache"
@@ -98,11 +99,11 @@ def pip_variant(dockerfile: str) -> str:
 
 def naive_dockerfile(t) -> str:
     """What a user writes by hand: same base, apt packages and pins; no cache mounts, no constraints."""
-    spec = render.image_spec()
+    spec = packages.image_spec()
     apt = " ".join(sorted(spec["apt"]["common"]))
     v = t.variant
     pkgs = " ".join([f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}",
-                     f"triton=={v.triton}", *render.pip_tools(t)])
+                     f"triton=={v.triton}", *packages.pip_tools(t)])
     return (f"FROM {t.base_image}\n"
             f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {apt} "
             "&& rm -rf /var/lib/apt/lists/*\n"
@@ -259,8 +260,8 @@ def main() -> int:
     ap.add_argument("--extra-ca", help="CA bundle passed as the build secret (default: GPUFORGE_EXTRA_CA, "
                     "then the host's pip trust, as `gpuforge build` does)")
     args = ap.parse_args()
-    host = build.host_trust()
-    ca = args.extra_ca or os.environ.get("GPUFORGE_EXTRA_CA") or (host.value if host else None)
+    # --extra-ca, else gpuforge's own resolution (GPUFORGE_EXTRA_CA, then the host's pip trust; PEM-checked)
+    ca = options.resolve_one(options.SETTINGS["extra_ca"], cli=args.extra_ca).value
     t = load_matrix().select(None)[0]
     driver = engine.choose_driver()
     if args.cold:

@@ -1,16 +1,20 @@
-"""The gpuforge validator plugin (registered by validators/conftest.py): options, expected values,
-hosts, containers per entrypoint mode, and the JSON report.
+"""The gpuforge validator plugin (registered by validators/conftest.py): options, expected values, the host,
+containers per entrypoint mode, and the JSON report. Its state lives in one GpuforgePlugin per pytest run.
 
 The same modules run against
-  - an image (`--gpuforge-image IMAGE`): containers are started per mode through gpuforge.engine.containers,
-  - `--gpuforge-host local://` (a GPU runner, or inside an image), or `ssh://user@host`.
-Expected versions come from the target (`--gpuforge-target target.json`) plus `--gpuforge-expect k=v`
-overrides, never from constants here. Each check's outcome, timing and facts go to a JSON report.
+  - an image (`--gpuforge-image IMAGE`): one long-lived container is started from it (and more per mode through
+    gpuforge.engine.containers),
+  - testinfra's own `--hosts` (one host: local://, ssh://user@host, docker://NAME, ...) with testinfra's connection
+    options (--ssh-config, --ssh-identity-file, --sudo...). The `host` fixture is a testinfra host built by
+    testinfra.get_host from those options, session-scoped: testinfra's module-scoped fixture parametrizes every
+    test with its host, which would put the host into each check's id (the evidence compares ids across runs).
+Expected versions come from the target (`--gpuforge-target target.json`, read with gpuforge.image.expected's
+schema) plus `--gpuforge-expect k=v` overrides, never from constants here. Each check's outcome, timing and facts
+go to a JSON report.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.image.expected import FIELDS, Expected, ExpectedError
 from gpuforge.plan.schema import GPU_REQUESTS
 
 HERE = Path(__file__).resolve().parent
@@ -26,8 +31,7 @@ REPO = HERE.parent  # the checkout: images/programs and gpuforge/image for local
 
 def pytest_addoption(parser):
     g = parser.getgroup("gpuforge")
-    g.addoption("--gpuforge-image", help="image to validate (starts containers from it)")
-    g.addoption("--gpuforge-host", help="validate an existing host: local://, ssh://user@host, docker://NAME")
+    g.addoption("--gpuforge-image", help="image to validate (starts containers from it; sets testinfra's --hosts)")
     g.addoption("--gpuforge-target", help="expected versions as JSON (a target.json)")
     g.addoption("--gpuforge-expect", action="append", default=[], help="KEY=VALUE expected value (overrides)")
     g.addoption("--gpuforge-report", help="write the JSON report here")
@@ -43,151 +47,196 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
 
 
+def pytest_configure(config):
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    config.pluginmanager.register(GpuforgePlugin(config), "gpuforge-validators")
+
+
 # --- expected values -------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Expected:
-    """What the image (or host) must contain: the target's target.json plus --gpuforge-expect overrides.
+class Target:
+    """The expected values as the checks read them: `target.cuda` is the value, and a value the target does not
+    give fails the check that needs it, naming the option to pass. `target.expected` is the typed record."""
 
-    Reading a value the target does not give fails the check that needs it, naming the option to pass.
-    """
+    def __init__(self, expected: Expected):
+        self.expected = expected
 
-    id: str | None = None
-    torch: str | None = None
-    torchvision: str | None = None
-    torchaudio: str | None = None
-    triton: str | None = None
-    cuda: str | None = None
-    cudnn: str | None = None
-    nccl: str | None = None
-    python: str | None = None
-    os: str | None = None
-    flavor: str | None = None
-    source: str | None = None
-    arch_list: tuple[str, ...] | None = None
-    ptx: tuple[str, ...] = ()
-    uid: int | None = None
-    user: str | None = None
-    size_budget_gb: float | None = None
-
-    def __getattribute__(self, name: str):
-        value = object.__getattribute__(self, name)
-        if value is None and name in _FIELDS:
+    def __getattr__(self, name: str):
+        if name not in FIELDS:
+            raise AttributeError(name)
+        value = getattr(self.expected, name)
+        if value is None:
             pytest.fail(f"the target gives no expected {name!r}; pass --gpuforge-expect {name}=VALUE")
         return value
 
     def get(self, name: str, default=None):
-        value = object.__getattribute__(self, name)
+        value = getattr(self.expected, name)
         return default if value is None else value
 
-    def as_dict(self) -> dict:
-        """The given values as the dict gpuforge.image.preflight takes (lists for the arch fields)."""
-        out = {f: object.__getattribute__(self, f) for f in _FIELDS}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items() if v is not None}
 
-    @classmethod
-    def parse(cls, raw: dict[str, object], source: str) -> Expected:
-        unknown = sorted(set(raw) - set(_FIELDS))
-        if unknown:
-            msg = f"{source}: unknown expected key(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}"
+def expected_from(path: str | None, expects: list[str]) -> Expected | None:
+    """target.json (schema-checked) with --gpuforge-expect overrides; None when neither is given."""
+    try:
+        exp = Expected.load(path) if path else Expected()
+        pairs = {}
+        for kv in expects:
+            k, sep, v = kv.partition("=")
+            if not sep:
+                msg = f"--gpuforge-expect {kv!r}: use KEY=VALUE"
+                raise ExpectedError(msg)
+            pairs[k] = v
+        return exp.merged(pairs, "--gpuforge-expect") if pairs else (exp if path else None)
+    except ExpectedError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+# --- the plugin ------------------------------------------------------------------------------------
+
+class GpuforgePlugin:
+    """One validator run: which host (testinfra's --hosts, or the container of --gpuforge-image), what is
+    expected, and the report (facts measured, each check's outcome)."""
+
+    def __init__(self, config):
+        self.config = config
+        self._image = config.getoption("gpuforge_image")
+        self.user_hosts = config.option.hosts  # testinfra's --hosts; None in image mode
+        if self._image and self.user_hosts:
+            msg = "give either --gpuforge-image (gpuforge starts the container) or testinfra's --hosts, not both"
             raise pytest.UsageError(msg)
-        out: dict[str, object] = {}
-        for k, v in raw.items():
-            try:
-                if k in ("arch_list", "ptx"):
-                    out[k] = tuple(v.split(",") if isinstance(v, str) else v)
-                elif k == "uid":
-                    out[k] = int(v)
-                elif k == "size_budget_gb":  # keep 14 as 14 (the label reads "14"), accept 14.5
-                    num = float(v)
-                    out[k] = int(num) if num.is_integer() and "." not in str(v) else num
-                else:
-                    out[k] = str(v)
-            except (TypeError, ValueError):
-                msg = f"{source}: {k}={v!r} is not a valid {k}"
-                raise pytest.UsageError(msg) from None
-        return cls(**out)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(Expected))
-
-
-@pytest.fixture(scope="session")
-def target(pytestconfig) -> Expected:
-    """What the image (or host) must contain; from the matrix target, never retyped in a test."""
-    raw: dict = {}
-    path = pytestconfig.getoption("gpuforge_target")
-    if path:
-        raw.update(json.loads(Path(path).read_text()))
-    for kv in pytestconfig.getoption("gpuforge_expect"):
-        k, sep, v = kv.partition("=")
-        if not sep:
-            msg = f"--gpuforge-expect {kv!r}: use KEY=VALUE"
+        if self.user_hosts and "," in self.user_hosts:
+            msg = f"--hosts {self.user_hosts}: one host per validator run (its report is about one host)"
             raise pytest.UsageError(msg)
-        raw[k] = v
-    if not raw:
-        pytest.exit("no expected values: pass --gpuforge-target or --gpuforge-expect", returncode=4)
-    return Expected.parse(raw, path or "--gpuforge-expect")
+        self.expected = expected_from(config.getoption("gpuforge_target"), config.getoption("gpuforge_expect"))
+        self._facts: dict = {}
+        self.checks: list[dict] = []
+        self.deselected: list[str] = []
+        self.started = time.time()
+
+    def _host(self, spec: str):
+        """A testinfra host built the way testinfra's own fixture builds it (its connection options)."""
+        import testinfra
+
+        o = self.config.option
+        return testinfra.get_host(spec, connection=o.connection, ssh_config=o.ssh_config,
+                                  ssh_identity_file=o.ssh_identity_file, sudo=o.sudo, sudo_user=o.sudo_user)
+
+    # --- fixtures --------------------------------------------------------------------------------
+
+    @pytest.fixture(scope="session")
+    def target(self) -> Target:
+        """What the image (or host) must contain; from the matrix target, never retyped in a test."""
+        if self.expected is None:
+            pytest.exit("no expected values: pass --gpuforge-target or --gpuforge-expect", returncode=4)
+        return Target(self.expected)
+
+    @pytest.fixture(scope="session")
+    def facts(self) -> dict:
+        """Measured values (versions, verdicts, smoke figures) that go into the report."""
+        return self._facts
+
+    @pytest.fixture(scope="session")
+    def image(self) -> str:
+        if not self._image:
+            pytest.skip("needs an image (--gpuforge-image): this run validates an existing host")
+        return self._image
+
+    @pytest.fixture(scope="session")
+    def is_image(self) -> bool:
+        return bool(self._image)
+
+    @pytest.fixture(scope="session")
+    def host_spec(self) -> str | None:
+        """The host the user named (--hosts); None when gpuforge started the container."""
+        return self.user_hosts
+
+    @pytest.fixture(scope="session")
+    def gpu(self) -> bool:
+        return bool(self.config.getoption("gpuforge_gpu"))
+
+    @pytest.fixture(scope="session")
+    def timeout(self) -> int:
+        return self.config.getoption("gpuforge_timeout")
+
+    @pytest.fixture(scope="session")
+    def shared_container(self, gpu):
+        """One long-lived container for the read-only checks in image mode (started through the image's entrypoint)."""
+        if not self._image:
+            yield None
+            return
+        from gpuforge.engine import containers as run
+
+        with run.container(self._image, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None,
+                           gpu_request=self.config.getoption("gpuforge_gpu_request")) as c:
+            yield c
+
+    @pytest.fixture(scope="session")
+    def host(self, shared_container):
+        """The testinfra host every checklist module talks to: the image's container, or --hosts (default local://)."""
+        if shared_container is not None:
+            return self._host(f"docker://{shared_container.id}")
+        return self._host(self.user_hosts or "local://")
+
+    @pytest.fixture(scope="session")
+    def root_host(self, shared_container):
+        if shared_container is not None:
+            return self._host(f"docker://root@{shared_container.id}")
+        return self._host(self.user_hosts or "local://")
+
+    @pytest.fixture(scope="session", autouse=True)
+    def _record_target(self, target):
+        self._facts["target_id"] = target.get("id")
+        self._facts["expected"] = target.expected.as_dict()
+        if self._image:
+            from gpuforge.engine import client as engine
+
+            attrs = engine.client().images.get(self._image).attrs
+            self._facts["image_id"] = attrs["Id"]
+            self._facts["repo_digests"] = sorted(attrs.get("RepoDigests") or [])
+
+    # --- the JSON report -------------------------------------------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
+            msg = ""
+            if rep.outcome == "failed":
+                crash = getattr(rep.longrepr, "reprcrash", None)
+                msg = str(crash.message if crash else rep.longrepr)[-2000:]
+            elif rep.outcome == "skipped":
+                msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+            self.checks.append({"id": item.nodeid, "module": item.module.__name__, "name": item.name,
+                                "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg})
+
+    def pytest_deselected(self, items):
+        self.deselected.extend(i.nodeid for i in items)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        path = self.config.getoption("gpuforge_report")
+        if not path:
+            return
+        o = self.config.option
+        report = {
+            "target": self._facts.get("target_id"),
+            "image": self._image,
+            "host": self.user_hosts or ("docker" if self._image else "local://"),
+            "gpu": bool(self.config.getoption("gpuforge_gpu")),
+            "exit_status": int(exitstatus),
+            "started": self.started,
+            "seconds": round(time.time() - self.started, 2),
+            "facts": self._facts,
+            "checks": self.checks,
+            # a narrowed run (-k, -m, --deselect) is marked; gpuforge.validate.evidence also checks every required id ran
+            "selection": {"keyword": o.keyword or "", "markexpr": o.markexpr or "",
+                          "deselected": sorted(self.deselected),
+                          "narrowed": bool(o.keyword or o.markexpr or self.deselected)},
+        }
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
 
 
-# --- hosts -----------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def image(pytestconfig) -> str:
-    img = pytestconfig.getoption("gpuforge_image")
-    if not img:
-        pytest.skip("needs an image (--gpuforge-image): this run validates an existing host")
-    return img
-
-
-@pytest.fixture(scope="session")
-def gpu(pytestconfig) -> bool:
-    return bool(pytestconfig.getoption("gpuforge_gpu"))
-
-
-@pytest.fixture(scope="session")
-def shared_container(pytestconfig, gpu):
-    """One long-lived container for the read-only checks (started through the image's entrypoint)."""
-    img = pytestconfig.getoption("gpuforge_image")
-    if not img:
-        yield None
-        return
-    from gpuforge.engine import containers as run
-
-    with run.container(img, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None,
-                       gpu_request=pytestconfig.getoption("gpuforge_gpu_request")) as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def host(pytestconfig, shared_container):
-    """The testinfra host every checklist module talks to."""
-    import testinfra
-
-    spec = pytestconfig.getoption("gpuforge_host")
-    if shared_container is not None:
-        return testinfra.get_host(f"docker://{shared_container.id}")
-    return testinfra.get_host(spec or "local://")
-
-
-@pytest.fixture(scope="session")
-def root_host(pytestconfig, shared_container):
-    import testinfra
-
-    if shared_container is not None:
-        return testinfra.get_host(f"docker://root@{shared_container.id}")
-    return testinfra.get_host(pytestconfig.getoption("gpuforge_host") or "local://")
-
-
-@pytest.fixture(scope="session")
-def is_image(pytestconfig) -> bool:
-    return bool(pytestconfig.getoption("gpuforge_image"))
-
-
-@pytest.fixture(scope="session")
-def timeout(pytestconfig) -> int:
-    return pytestconfig.getoption("gpuforge_timeout")
-
+# --- session-wide probes ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
 def in_image(host) -> bool:
@@ -195,7 +244,7 @@ def in_image(host) -> bool:
 
 
 @pytest.fixture(scope="session")
-def gpuforge_lib(host, in_image) -> str:
+def gpuforge_lib(in_image) -> str:
     """Where the host can import gpuforge.image from: the image's copy, or this checkout."""
     return "/opt/gpuforge/lib" if in_image else str(REPO)
 
@@ -265,86 +314,9 @@ def listening(host, timeout: int) -> list[tuple[str, int]]:
 
 
 @pytest.fixture(scope="session")
-def programs(host, in_image) -> str:
+def programs(in_image) -> str:
     """The in-image programs (smoke, inductor CPU, multi-GPU): the image's copy, or this checkout's."""
     return "/opt/gpuforge/programs" if in_image else str(REPO / "images" / "programs")
-
-
-# --- the JSON report -------------------------------------------------------------------------------
-
-_facts: dict = {}
-_checks: list[dict] = []
-_started = time.time()
-
-
-@pytest.fixture(scope="session")
-def facts() -> dict:
-    """Measured values (versions, verdicts, smoke figures) that go into the report."""
-    return _facts
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed"):
-        msg = ""
-        if rep.outcome == "failed":
-            crash = getattr(rep.longrepr, "reprcrash", None)
-            msg = str(crash.message if crash else rep.longrepr)[-2000:]
-        elif rep.outcome == "skipped":
-            msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        _checks.append({"id": item.nodeid, "module": item.module.__name__, "name": item.name,
-                        "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg})
-
-
-_deselected: list[str] = []
-
-
-def pytest_deselected(items):
-    _deselected.extend(i.nodeid for i in items)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("gpuforge_report")
-    if not path:
-        return
-    cfg = session.config
-    report = {
-        "target": _facts.get("target_id"),
-        "image": cfg.getoption("gpuforge_image"),
-        "host": cfg.getoption("gpuforge_host") or ("docker" if cfg.getoption("gpuforge_image") else "local://"),
-        "gpu": bool(cfg.getoption("gpuforge_gpu")),
-        "exit_status": int(exitstatus),
-        "started": _started,
-        "seconds": round(time.time() - _started, 2),
-        "facts": _facts,
-        "checks": _checks,
-        # a narrowed run (-k, -m, --deselect) is marked; gpuforge.validate.evidence also checks every required id ran
-        "selection": {"keyword": cfg.option.keyword or "", "markexpr": cfg.option.markexpr or "",
-                      "deselected": sorted(_deselected),
-                      "narrowed": bool(cfg.option.keyword or cfg.option.markexpr or _deselected)},
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _record_target(target, facts, pytestconfig):
-    facts["target_id"] = target.get("id")
-    facts["expected"] = target.as_dict()
-    img = pytestconfig.getoption("gpuforge_image")
-    if img:
-        from gpuforge.engine import client as engine
-
-        attrs = engine.client().images.get(img).attrs
-        facts["image_id"] = attrs["Id"]
-        facts["repo_digests"] = sorted(attrs.get("RepoDigests") or [])
-    yield
-
-
-def pytest_configure(config):
-    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
 
 
 # --- entrypoint modes ------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def _host(d: dict) -> hostinfo.HostGpus:
 
 def test_driver_runs_the_image_cuda(driver, target, facts):
     assert target.cuda, "the target gives no CUDA version"
-    v = preflight.verdict_for(target.as_dict(), _host(driver))  # the same decision the image's entrypoint makes
+    v = preflight.verdict_for(target.expected, _host(driver))  # the same decision the image's entrypoint makes
     facts["driver_verdict"] = {"kind": v.kind, "message": v.message, "full_min": v.full_min, "minor_min": v.minor_min}
     assert v.ok, v.message
 
@@ -42,6 +42,6 @@ def test_driver_runs_the_image_cuda(driver, target, facts):
 def test_gpus_in_arch_list(driver, target, facts):
     assert driver["gpus"], f"driver {driver['driver']} visible but no GPU: {preflight.no_device_reason(_host(driver))}"
     assert target.arch_list, "the target gives no arch list"
-    state, msgs = preflight.check(target.as_dict(), _host(driver))
+    state, msgs = preflight.check(target.expected, _host(driver))
     facts["gpus"] = driver["gpus"]
     assert state == "ok", "; ".join(msgs)

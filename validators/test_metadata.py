@@ -16,7 +16,7 @@ def config(image):
 
 def test_labels_match_the_matrix(config, target):
     labels = config["Config"].get("Labels") or {}
-    wrong = {k: (labels.get(k), v) for k, v in expected_labels(target.as_dict()).items() if labels.get(k) != v}
+    wrong = {k: (labels.get(k), v) for k, v in expected_labels(target.expected).items() if labels.get(k) != v}
     assert not wrong, "labels differ from the matrix (label: (image, matrix)): " + repr(wrong)
 
 

@@ -24,16 +24,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.build import archcheck
 from gpuforge.build import bases
 from gpuforge.engine import client as engine
 from gpuforge.state import records
 from gpuforge.render import dockerfile as render
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import ImageRef, Target
 
-LOG_DIR = Path(os.environ.get("GPUFORGE_LOG_DIR", "reports/build-logs"))
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
 
@@ -42,21 +41,9 @@ def redact(text: str) -> str:
     return _CREDS.sub(r"\1***@", text)
 
 
-# Where a host's clients find the CA bundle they trust (a TLS-intercepting proxy's CA lives there),
-# in the order pip itself reads them.
-HOST_TRUST_ENV = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-
-
-def host_trust():
-    """The host's pip trust as an options.Resolved (None when unset): the build's CA secret by default."""
-    from gpuforge import options
-
-    for env in HOST_TRUST_ENV:
-        value = os.environ.get(env)
-        if value:
-            return options.existing_file(options.Resolved("extra_ca", value, env),
-                                         "the host's CA bundle, passed to the build as a secret; fix or unset it")
-    return None
+# Where a host's clients find the CA bundle they trust (a TLS-intercepting proxy's CA lives there), in the
+# order pip itself reads them: the build's CA secret when none is given (gpuforge.options' extra_ca).
+HOST_TRUST_ENV = options.SETTINGS["extra_ca"].fallback_env
 
 
 @dataclass(kw_only=True)
@@ -73,7 +60,7 @@ class BuildOptions:
     index_url: str | None = None
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
-    log_dir: Path = LOG_DIR
+    log_dir: Path | None = None  # None: gpuforge.options' log_dir (GPUFORGE_LOG_DIR)
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
 
 
@@ -184,8 +171,9 @@ class _Runner:
             r.state, r.error = "skipped", "not started: an earlier target failed (use --keep-going)"
             return r
         root = self.opts.context_root or paths.project_root()
-        self.opts.log_dir.mkdir(parents=True, exist_ok=True)
-        r.log = self.opts.log_dir / f"{t.id}.log"
+        log_dir = self.opts.log_dir or Path(options.setting("log_dir"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        r.log = log_dir / f"{t.id}.log"
         recipe = render.recipe_hash(t, root)
         r.state = "building"
         start = time.monotonic()
@@ -260,15 +248,15 @@ class _Runner:
         try:
             for ref in t.tags:
                 old = _image_of(c, ref)
-                repo, tag = ref.rsplit(":", 1)
-                img.tag(repo, tag)
+                parsed = ImageRef.parse(ref)
+                img.tag(parsed.name, parsed.tag)
                 moved.append((ref, old))
         except docker.errors.APIError as e:  # e.g. the engine went away mid-way: put back what moved
             for back, old in reversed(moved):
-                repo, tag = back.rsplit(":", 1)
+                parsed = ImageRef.parse(back)
                 with contextlib.suppress(docker.errors.APIError):
                     if old:
-                        c.images.get(old).tag(repo, tag)
+                        c.images.get(old).tag(parsed.name, parsed.tag)
                     else:
                         c.images.remove(back, noprune=True)
             records.restore_build(t.id, before)
@@ -301,9 +289,6 @@ def _table(results: dict[str, Result]) -> Table:
 
 
 def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
-    if opts.extra_ca and not Path(opts.extra_ca).is_file():  # the CLI checks first, naming where the path came from
-        msg = f"extra CA {opts.extra_ca}: no such file (give a PEM bundle; it reaches the build only as a secret)"
-        raise ConfigError(msg)
     if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client, opts.driver)

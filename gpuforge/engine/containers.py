@@ -18,12 +18,18 @@ import docker
 import docker.errors
 import docker.types
 
+from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
 from gpuforge.plan.schema import GPU_REQUESTS
 
 RUN_LABEL = "io.gpuforge.run"
-RUN_ID = os.environ.get("GPUFORGE_RUN_ID") or uuid.uuid4().hex[:12]
+_OWN_RUN_ID = uuid.uuid4().hex[:12]
+
+
+def run_id() -> str:
+    """This run's id: GPUFORGE_RUN_ID (gpuforge gives its pytest child its own), else one per process."""
+    return options.setting("run_id") or _OWN_RUN_ID
 
 
 @dataclass
@@ -80,7 +86,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     c = engine.client()
     kwargs: dict = {
         "detach": True,
-        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID, OWNER_LABEL: _owner()},
+        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: run_id(), OWNER_LABEL: _owner()},
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }

@@ -10,22 +10,26 @@ it is reported as a warning. Also usable on a GPU runner: python -m gpuforge.ima
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from gpuforge.image import compat, hostinfo
+from gpuforge.image.expected import Expected
 
 EXIT_INCOMPATIBLE = 70
 GPU_REQUEST_HINT = "docker run --gpus all (NVIDIA container runtime) or --device nvidia.com/gpu=all (CDI)"
 
 
-def verdict_for(expected: dict, host: hostinfo.HostGpus) -> compat.Verdict:
+def verdict_for(expected: Expected | dict, host: hostinfo.HostGpus) -> compat.Verdict:
     """The driver verdict for this host: forward compatibility counts only on datacenter GPUs with a
     cuda-compat libcuda loaded, and a compat libcuda on any other GPU is an error (804)."""
+    expected = Expected.coerce(expected)
+    if expected.cuda is None:
+        msg = "the target gives no CUDA version"
+        raise ValueError(msg)
     datacenter = all(compat.datacenter_gpu(g.name, g.brand) for g in host.gpus) if host.gpus else None
-    return compat.driver_verdict(host.driver, expected["cuda"], datacenter=datacenter, compat_package=host.compat_package)
+    return compat.driver_verdict(host.driver, expected.cuda, datacenter=datacenter, compat_package=host.compat_package)
 
 
 def no_device_reason(host: hostinfo.HostGpus) -> str:
@@ -41,12 +45,13 @@ def no_device_reason(host: hostinfo.HostGpus) -> str:
     return f"no /dev/nvidiaN device node: the container was started without a GPU request; start with {GPU_REQUEST_HINT}"
 
 
-def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
+def check(expected: Expected | dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
     """('no-gpu' | 'no-device' | 'unknown' | 'incompatible' | 'ok', messages); the first message is the
     driver verdict (or why there is none).
 
     The entrypoint and the driver validator both decide through this one function.
     """
+    expected = Expected.coerce(expected)
     if host.driver is None:
         return "no-gpu", [f"no NVIDIA driver visible ({host.detail}); CUDA will be unavailable (start with {GPU_REQUEST_HINT})"]
     if not host.gpus:
@@ -54,18 +59,18 @@ def check(expected: dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
     try:
         verdict = verdict_for(expected, host)
     except (ValueError, KeyError) as e:
-        return "unknown", [f"cannot judge driver {host.driver} against this image's CUDA {expected.get('cuda')!r}: {e}"]
+        return "unknown", [f"cannot judge driver {host.driver} against this image's CUDA {expected.cuda!r}: {e}"]
     msgs = [verdict.message]
     bad = not verdict.ok
     for g in host.gpus:
         if not g.capability:
             msgs.append(f"GPU {g.index} {g.name}: compute capability unknown; arch support not checked")
             continue
-        if not compat.arch_supported(g.capability, expected["arch_list"], expected.get("ptx", [])):
+        if not compat.arch_supported(g.capability, list(expected.arch_list or ()), list(expected.ptx)):
             bad = True
-            better = compat.variants_supporting(expected["torch"].split("+")[0], g.capability)
+            better = compat.variants_supporting((expected.torch or "").split("+")[0], g.capability)
             msgs.append(f"GPU {g.index} {g.name} (sm_{g.capability.replace('.', '')}) is not in this image's arch list "
-                        f"{' '.join(expected['arch_list'])}; use {' or '.join(better) or 'a newer torch'}")
+                        f"{' '.join(expected.arch_list or ())}; use {' or '.join(better) or 'a newer torch'}")
     return ("incompatible" if bad else "ok"), msgs
 
 
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | N
     if args.verbose:
         env["GPUFORGE_PREFLIGHT_VERBOSE"] = "1"
     try:
-        expected = json.loads(args.target.read_text())
+        expected = Expected.load(args.target)  # schema-checked: a target.json of another shape is named, not guessed
         state, msgs = check(expected, detect())
     except Exception as e:  # never a traceback, never a dead entrypoint: say what broke and start
         print(f"gpuforge: warning: the driver check itself failed ({type(e).__name__}: {e}); starting without it",

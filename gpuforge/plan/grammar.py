@@ -29,7 +29,6 @@ _ALNUM = r"[a-z0-9]+"
 _PATH_COMPONENT = rf"{_ALNUM}(?:(?:[_.]|__|-+){_ALNUM})*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])"
-REGISTRY = rf"(?:{_HOST}(?::[0-9]+)?)?"  # HOST[:PORT], or empty
 REPOSITORY = rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 TAG_FIRST, TAG_CHAR = r"[A-Za-z0-9_]", r"[A-Za-z0-9_.-]"
 TAG = rf"{TAG_FIRST}{TAG_CHAR}{{0,127}}"
@@ -37,6 +36,10 @@ _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}
 # As docker splits a name: the first component is a registry only with a dot, a port, or as localhost.
 _REF_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})+|localhost|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?|{_DOMAIN_COMPONENT}:[0-9]+"
 _REF_NAME = rf"(?:({_REF_DOMAIN})/)?({REPOSITORY})"  # groups 1 (domain) and 2 (path)
+# A registry is what the reference grammar reads as one: a name with a dot, localhost, an IPv6 literal, or any host
+# with a port. `myhost/gpuforge/pytorch` would be docker.io's `myhost/gpuforge/pytorch`, and an empty registry
+# would make the repository's first component the registry host.
+REGISTRY = _REF_DOMAIN
 IMAGE_REFERENCE = rf"{_REF_NAME}(?::({TAG}))?(?:@({_DIGEST}))?"  # groups 3 (tag) and 4 (digest)
 # Pinned: a tag other than latest, or a digest.
 PINNED_REFERENCE = rf"{_REF_NAME}(?:(?::{TAG})?@{_DIGEST}|:(?!latest(?!{TAG_CHAR})){TAG})"
@@ -199,15 +202,18 @@ def url(value: str, *, what: str = "a URL") -> str:
 
 
 def registry(value: str) -> str:
-    """HOST[:PORT] of a registry (empty: images are named by the repository alone)."""
+    """HOST[:PORT] of a registry, as the distribution reference grammar reads a domain."""
     if value == "":
-        return value
+        msg = ("an empty registry is not allowed: the repository's first component would be read as the registry "
+               "host (allowed: HOST[:PORT], e.g. ghcr.io, docker.io or 127.0.0.1:5000)")
+        raise ValueError(msg)
     _plain(value, "a registry")
     if "://" in value:
         msg = f"{value!r}: a registry is HOST[:PORT] without a scheme, e.g. {value.split('://', 1)[1].rstrip('/')}"
         raise ValueError(msg)
     if not _DOMAIN_RE.match(value):
-        msg = f"{value!r} is not a registry address (allowed: HOST[:PORT], e.g. ghcr.io or 127.0.0.1:5000)"
+        msg = (f"{value!r} is not a registry address (allowed: HOST[:PORT] where HOST has a dot, is localhost or has "
+               "a port, e.g. ghcr.io or 127.0.0.1:5000; a bare name would be read as part of the repository)")
         raise ValueError(msg)
     return value
 
@@ -252,11 +258,13 @@ def image_reference(value: str, *, pinned: bool = False) -> str:
     return value
 
 
-def split_reference(value: str) -> tuple[str, str | None]:
-    """(last path component of the name, tag or None) of a valid reference."""
+def reference_match(value: str) -> re.Match:
+    """The match of a valid reference: groups 1 registry, 2 repository, 3 tag, 4 digest (gpuforge.plan.target.ImageRef)."""
     m = _REFERENCE_RE.match(value)
-    path = m.group(2) if m else value
-    return path.rsplit("/", 1)[-1], (m.group(3) if m else None)
+    if not m:
+        msg = f"{value!r} is not an image reference"
+        raise ValueError(msg)
+    return m
 
 
 def user_name(value: str) -> str:

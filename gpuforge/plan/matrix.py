@@ -18,107 +18,20 @@ from types import SimpleNamespace
 
 from packaging.utils import canonicalize_name
 
+from gpuforge import options
 from gpuforge.errors import ConfigError, SelectorError
 from gpuforge.image import compat
 from gpuforge.plan import fleet, grammar, selectors
 from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
 from gpuforge.plan.schema import field as field_name
+from gpuforge.plan.target import ImageRef, Target, target_id
 from gpuforge.plan.yamlpos import Positioned, load
+
+__all__ = ["DEFAULT_MATRIX", "ImageRef", "Matrix", "Target", "load_matrix", "target_id"]  # Target lives in plan.target
 
 DEFAULT_MATRIX = Path("matrix.yaml")
 MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is expanded
 _ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
-
-
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """One image to build: its axes, resolved settings and every version it must contain."""
-
-    id: str
-    torch: str
-    cuda: str
-    python: str
-    os: str
-    flavor: str
-    source: str
-    base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
-    bootstrap: dict | None  # {suite, mirror, variant} when the base is bootstrapped
-    settings: Settings = field(hash=False, compare=False)
-    variant: compat.Variant = field(hash=False, compare=False)
-    tags: tuple[str, ...]  # full references: registry/repository:tag
-    aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
-    registry: str
-    repository: str
-    pools: tuple = field(default=(), hash=False, compare=False)  # gpuforge.plan.fleet.Pool that validate it
-    excluded_from: dict = field(default_factory=dict, hash=False, compare=False)  # pool -> the exclude entry
-
-    @property
-    def image_name(self) -> str:
-        return f"{self.registry}/{self.repository}" if self.registry else self.repository
-
-    @property
-    def tag(self) -> str:
-        return self.tags[0].rsplit(":", 1)[1]
-
-    @property
-    def index_url(self) -> str:
-        """Where torch comes from: cuda-base images use the PyTorch index of their CUDA; wheels images
-        use PyPI when PyPI's default wheel is that CUDA variant, the PyTorch index otherwise."""
-        if self.settings.index_url:
-            return self.settings.index_url
-        if self.source == "wheels" and self.variant.on_pypi:
-            return self.settings.pypi_url
-        return self.variant.index_url
-
-    def axes(self) -> dict[str, str]:
-        return {k: getattr(self, k) for k in AXES}
-
-    def expected(self) -> dict:
-        """What the validators expect inside the image; the one place tests get versions from."""
-        v = self.variant
-        return {
-            "id": self.id,
-            "torch": v.torch_local_version,
-            "cuda": v.cuda,
-            "cudnn": v.cudnn,
-            "nccl": v.nccl,
-            "triton": v.triton,
-            "torchvision": v.torchvision,
-            "torchaudio": v.torchaudio,
-            "python": self.python,
-            "flavor": self.flavor,
-            "source": self.source,
-            "os": self.os,
-            "user": self.settings.user,
-            "uid": self.settings.uid,
-            "size_budget_gb": self.settings.size_budget_gb,
-            "arch_list": list(v.arch_list),
-            "ptx": list(v.ptx),
-        }
-
-    def expected_json(self) -> str:
-        """expected() as the target.json that images carry and validators read."""
-        return json.dumps(self.expected(), indent=2, sort_keys=True) + "\n"
-
-    def recipe_hash(self, context_files: dict[str, bytes] | None = None) -> str:
-        """Hash of everything that decides the image's bytes (the rendered context, when given)."""
-        h = hashlib.sha256(json.dumps(self.expected(), sort_keys=True).encode())
-        h.update(self.base_image.encode())
-        for name in sorted(context_files or {}):
-            h.update(name.encode() + b"\0" + context_files[name])
-        return h.hexdigest()[:16]
-
-
-def target_id(torch: str, cuda: str, python: str, os_name: str, flavor: str, source: str) -> str:
-    """Flat id with one grammar, usable as a tag: pt271-cu126-py311-debian12-runtime-wheels."""
-    return "-".join([
-        "pt" + torch.replace(".", ""),
-        compat.cuda_variant_name(cuda),
-        "py" + python.replace(".", ""),
-        os_name.replace(".", ""),
-        flavor,
-        source.replace("-", ""),
-    ])
 
 
 def bootstrap_tag(os_name: str, boot: dict) -> str:
@@ -339,8 +252,9 @@ def _check_bases(spec: MatrixFile, problems: Problems) -> None:
                              f"another OS with another Python than {name} promises (allowed: {info['codename']})")
             continue
         family = {i["family"] for i in (compat.os_info(o) for o in compat.os_names())}
-        image_name, tag = grammar.split_reference(base.image)
-        version = info["image"].rsplit(":", 1)[-1]
+        ref = ImageRef.parse(base.image)  # the schema checked its grammar
+        image_name, tag = ref.repository.rsplit("/", 1)[-1], ref.tag
+        version = str(ImageRef.parse(info["image"]).tag)
         if image_name in family and image_name != info["family"]:
             problems.add(("bases", name, "image"), f"{base.image!r} is {image_name}, not {info['family']} ({name})")
         elif image_name == info["family"] and tag and not _tag_is(tag, version, info["codename"]):
@@ -353,20 +267,13 @@ def _tag_is(tag: str, version: str, codename: str) -> bool:
 
 
 def _check_extra_ca(spec: MatrixFile, path: Path, problems: Problems) -> None:
-    """extra_ca is resolved against the matrix file's folder (as gpuforge.options does) and must be PEM."""
+    """extra_ca is read from the matrix file's folder and must be PEM: gpuforge.options' one rule, at plan time."""
     if not spec.extra_ca:
         return
     f = Path(spec.extra_ca) if Path(spec.extra_ca).is_absolute() else path.parent / spec.extra_ca
-    try:
-        head = f.read_bytes()[: 1 << 20] if f.is_file() else None
-    except OSError as e:
-        head, why = None, e.strerror
-    else:
-        why = "no such file"
-    if head is None:
-        problems.add(("extra_ca",), f"{f}: {why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
-    elif b"-----BEGIN CERTIFICATE-----" not in head:
-        problems.add(("extra_ca",), f"{f}: not a PEM bundle (no -----BEGIN CERTIFICATE----- line)")
+    why = options.pem_problem(f)
+    if why:
+        problems.add(("extra_ca",), f"{why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
 
 
 def _pip_pin_conflicts(settings: Settings, source: dict, variant: compat.Variant) -> list[tuple[tuple, str]]:
@@ -389,7 +296,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     problems = Problems(doc)
     _check_bases(spec, problems)
     _check_extra_ca(spec, path, problems)
-    image_name = f"{spec.registry}/{spec.repository}" if spec.registry else spec.repository
+    image_name = ImageRef(spec.registry, spec.repository).name
     if len(image_name) > grammar.NAME_MAX:
         problems.add(("repository",), f"{image_name!r} (registry/repository) is longer than {grammar.NAME_MAX} characters")
     resolver = _Resolver(spec, doc, problems)
@@ -441,7 +348,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                                  f"{lst[j]!r} renders {e}", tid, key="renders")
         targets.append(Target(
             id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
-            tags=(f"{image_name}:{tag}",), aliases=aliases, registry=spec.registry, repository=spec.repository,
+            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), aliases=aliases, registry=spec.registry, repository=spec.repository,
         ))
     if rows is not None:
         resolver.unused()

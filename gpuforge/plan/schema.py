@@ -188,7 +188,7 @@ class Pool(BaseModel):
 
 class MatrixFile(BaseModel):
     model_config = _strict
-    registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme, or empty") = "127.0.0.1:5000"
+    registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme (a dot, localhost, or a port)") = "127.0.0.1:5000"
     repository: _text(grammar.repository, grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
                       maxLength=grammar.NAME_MAX) = "gpuforge/pytorch"
     tag_template: _text(lambda v: grammar.placeholders(v, TAG_FIELDS, what="tag_template", required=()),

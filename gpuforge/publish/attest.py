@@ -21,7 +21,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
+from gpuforge import options
+from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish.registry import auth_file, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
@@ -38,12 +40,10 @@ class Verifier:
 
     @classmethod
     def from_env(cls, key: str | None = None) -> Verifier | None:
-        key = key or os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY")
-        ident, issuer = os.environ.get("GPUFORGE_COSIGN_IDENTITY"), os.environ.get("GPUFORGE_COSIGN_ISSUER")
+        """--key, else GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer (gpuforge.options)."""
+        key = options.resolve_one(options.SETTINGS["verify_key"], cli=key).value
+        ident, issuer = options.setting("cosign_identity"), options.setting("cosign_issuer")
         if key:
-            if "://" not in key and not Path(key).is_file():
-                msg = f"cosign public key {key} does not exist (--key / GPUFORGE_COSIGN_PUBLIC_KEY)"
-                raise ConfigError(msg)
             return cls(key=key)
         if ident and issuer:
             return cls(identity=ident, issuer=issuer)
@@ -56,7 +56,7 @@ class Verifier:
 
 
 def _tlog() -> bool:
-    return os.environ.get("GPUFORGE_COSIGN_TLOG") == "1"
+    return options.setting("cosign_tlog")
 
 
 def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -79,7 +79,7 @@ def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> s
 
 def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None:
     """Sign `predicate` as an in-toto statement about `ref` (host/repo@sha256:...) and push it."""
-    host = ref.split("/", 1)[0]
+    host = ImageRef.parse(ref).registry
     args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate),
             f"--tlog-upload={'true' if _tlog() else 'false'}", *(["--key", key] if key else []), ref]
     r = _cosign(args, host, "attest")
@@ -91,7 +91,8 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
 def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
     """The predicates of every attestation of `type_uri` on `ref` whose signature verifies and whose
     subject is exactly this digest; [] when there is none."""
-    host, digest = ref.split("/", 1)[0], ref.rsplit("@", 1)[1]
+    parsed = ImageRef.parse(ref)
+    host, digest = parsed.registry, parsed.digest
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
             *([] if _tlog() else ["--insecure-ignore-tlog=true"]), ref]
     r = _cosign(args, host, "verify-attestation")

@@ -24,13 +24,14 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpuforge import options
 from gpuforge.errors import ConfigError, CveGateRed
 from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned, load
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
 CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
-SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")  # ascending; Grype's words upper-cased
+SEVERITIES = options.CVE_SEVERITIES  # ascending; the cve_severity setting's choices
 DEFAULT_SEVERITY = "HIGH"
 DEFAULT_MAX_DB_AGE_HOURS = 72
 MAX_REVIEW_DAYS = 366  # an exception reviewed less than yearly is not reviewed
@@ -420,7 +421,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
 
 
 def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None, digest: str | None) -> None:
-    from gpuforge.publish import attest, promote
+    from gpuforge.publish import attest
 
     if target is None or verdict_path is None:
         msg = "--attest needs --target and --output (the verdict is signed onto the target's pushed digest)"
@@ -429,7 +430,8 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
         msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
-    host, repo, _ = promote.split_ref(promote.ref_for(target, registry))
+    _r = target.ref.on(registry) if registry else target.ref
+    host, repo, _ = _r.registry, _r.repository, _r.tag
     ref = f"{host}/{repo}@{digest}"
     attest.attest(ref, verdict_path, CVE_TYPE, key=key)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
@@ -438,12 +440,13 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
 def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> list[tuple[str, str]]:
     """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
     and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
-    from gpuforge.publish import attest, promote
+    from gpuforge.publish import attest
     from gpuforge.publish.registry import Registry
 
     done = []
     for t in targets:
-        host, repo, tag = promote.split_ref(promote.ref_for(t, registry))
+        _r = t.ref.on(registry) if registry else t.ref
+        host, repo, tag = _r.registry, _r.repository, _r.tag
         m = Registry(host).manifest(repo, f"{tag}-prod")
         if m is None:
             continue

@@ -192,12 +192,13 @@ def security(targets) -> list[Finding]:
 # --- prod digests whose CVE verdict turned red --------------------------------------------------------------
 
 def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
-    from gpuforge.publish import attest, cve, promote
+    from gpuforge.publish import attest, cve
     from gpuforge.publish.registry import Registry
 
     out = []
     for t in targets:
-        host, repo, tag = promote.split_ref(promote.ref_for(t, registry))
+        _r = t.ref.on(registry) if registry else t.ref
+        host, repo, tag = _r.registry, _r.repository, _r.tag
         try:
             m = Registry(host).manifest(repo, f"{tag}-prod")
             if m is None:

@@ -9,8 +9,8 @@ and its evidence.gpu_host — the GPU model, driver and count the validators saw
 from __future__ import annotations
 
 import datetime as dt
-import os
 
+from gpuforge import options
 from gpuforge.errors import PromotionRefused
 from gpuforge.validate import evidence
 
@@ -84,7 +84,7 @@ def check(t, *, ref: str, record: dict, verifier) -> None:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on each "
                    "(images.yml's gpu job) and `gpuforge attest --gpu`")
-    if os.environ.get("GPUFORGE_PROD_REQUIRE_CVE") == "1":
+    if options.setting("prod_require_cve"):
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
                            built_at=record.get("built_at"))
         if probs:

@@ -15,34 +15,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
 
+from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import attest, prod
 from gpuforge.publish.registry import Manifest, Registry, credentials
 from gpuforge.state import records
 from gpuforge.validate import evidence, report
 
 
-def split_ref(ref: str) -> tuple[str, str, str]:
-    """'127.0.0.1:5000/gpuforge/pytorch:tag' -> ('127.0.0.1:5000', 'gpuforge/pytorch', 'tag')."""
-    name, tag = ref.rsplit(":", 1)
-    host, repo = name.split("/", 1)
-    return host, repo, tag
-
-
-def ref_for(t: Target, registry: str | None) -> str:
-    ref = t.tags[0]
-    if registry:
-        _, repo, tag = split_ref(ref)
-        ref = f"{registry}/{repo}:{tag}"
-    return ref
+def ref_for(t: Target, registry: str | None) -> ImageRef:
+    """The target's build tag, on `registry` (--registry / GPUFORGE_REGISTRY) when given."""
+    return t.ref.on(registry) if registry else t.ref
 
 
 def push_targets(targets: list[Target], *, registry: str | None = None) -> list[dict]:
@@ -51,19 +41,19 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
     for t in targets:
         rec = records.require(t.id)
         ref = ref_for(t, registry)
-        host, repo, tag = split_ref(ref)
+        host, repo, tag = ref.registry, ref.repository, ref.tag
         try:
             img = c.images.get(rec["image_id"])
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        img.tag(f"{host}/{repo}", tag)
+        img.tag(ref.name, tag)
         creds = credentials(host)
         auth = {"username": creds[0], "password": creds[1]} if creds else None
         print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
         digest = None
         try:
-            for ev in c.images.push(f"{host}/{repo}", tag, auth_config=auth, stream=True, decode=True):
+            for ev in c.images.push(ref.name, tag, auth_config=auth, stream=True, decode=True):
                 if "error" in ev:
                     msg = f"push of {ref} failed: {ev['error']}"
                     raise RegistryError(msg)
@@ -78,9 +68,9 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
         if m is None or m.config_digest != rec["image_id"]:
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
-        records.update(t.id, digest=digest, pushed_ref=ref)
+        records.update(t.id, digest=digest, pushed_ref=str(ref))
         print(f"gpuforge: pushed {ref}@{digest}", flush=True)
-        out.append({"target": t.id, "ref": ref, "digest": digest})
+        out.append({"target": t.id, "ref": str(ref), "digest": digest})
     return out
 
 
@@ -149,7 +139,8 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
     if require_gpu:
         kinds.append((reports / t.id / "report-gpu.json", "GPU validation", True, rec.get("gpu_report_digest")))
     locals_ = [(_local_report(t, p, image_id, what, gpu=g, recorded=d), what, g) for p, what, g, d in kinds]
-    host, repo, tag = split_ref(ref_for(t, registry))
+    ref = ref_for(t, registry)
+    host, repo, tag = ref.registry, ref.repository, ref.tag
     reg = Registry(host)
     m = reg.manifest(repo, digest)
     if m is None:
@@ -168,16 +159,16 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
         _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                    "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     for rep, what, g in locals_:
-        _signed_report(t, f"{host}/{repo}@{digest}", rep, image_id, what, verifier, gpu=g)
-    if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (GPUFORGE_PROD_REQUIRE_CVE=1)
-        prod.check(t, ref=f"{host}/{repo}@{digest}", record=rec, verifier=verifier)
+        _signed_report(t, str(ImageRef(host, repo, digest=digest)), rep, image_id, what, verifier, gpu=g)
+    if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
+        prod.check(t, ref=str(ImageRef(host, repo, digest=digest)), record=rec, verifier=verifier)
     tags = list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
     return _Plan(target=t, reg=reg, repo=repo, manifest=m, tags=tags, report=str(rpath))
 
 
 def promote_targets(targets: list[Target], *, env: str, reports: Path, registry: str | None = None,
                     require_gpu: bool = False, key: str | None = None) -> list[dict]:
-    require_gpu = require_gpu or (env == "prod" and os.environ.get("GPUFORGE_PROD_REQUIRE_GPU") == "1")
+    require_gpu = require_gpu or (env == "prod" and options.setting("prod_require_gpu"))
     verifier = attest.Verifier.from_env(key)
     plans = [plan(t, env=env, reports=reports, registry=registry, require_gpu=require_gpu, verifier=verifier)
              for t in targets]
@@ -218,12 +209,13 @@ def attest_targets(targets: list[Target], *, reports: Path, registry: str | None
         what = "GPU validation" if gpu else "validation"
         rpath = reports / t.id / ("report-gpu.json" if gpu else "report.json")
         _local_report(t, rpath, rec["image_id"], what, gpu=gpu, recorded=rec.get("gpu_report_digest" if gpu else "report_digest"))
-        host, repo, _ = split_ref(ref_for(t, registry))
+        pushed = ref_for(t, registry)
+        host, repo = pushed.registry, pushed.repository
         m = Registry(host).manifest(repo, rec["digest"])
         if m is None or m.config_digest != rec["image_id"]:
             msg = f"{t.id}: the registry's {rec['digest']} is not the validated image {rec['image_id'][:19]}"
             raise RegistryError(msg)
-        ref = f"{host}/{repo}@{rec['digest']}"
+        ref = str(ImageRef(host, repo, digest=rec["digest"]))
         attest.attest(ref, rpath, attest.VALIDATION_TYPE, key=key)
         for name, kind in (("sbom.json", attest.INVENTORY_TYPE), ("sbom.cdx.json", "cyclonedx")):
             if not gpu and (reports / t.id / name).exists():  # the inventory, and its CycloneDX form

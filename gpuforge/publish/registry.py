@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuforge import options
 from gpuforge.errors import RegistryError
 
 # what skopeo prints for "no such manifest" (registry/distribution error codes, and containers/image text)
@@ -33,7 +34,7 @@ _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connecti
 
 def credentials(registry: str) -> tuple[str, str] | None:
     """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
-    user, pw = os.environ.get("GPUFORGE_REGISTRY_USER"), os.environ.get("GPUFORGE_REGISTRY_PASSWORD")
+    user, pw = options.setting("registry_user"), options.setting("registry_password")
     if user and pw:
         return user, pw
     cfg = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
@@ -51,14 +52,14 @@ def credentials(registry: str) -> tuple[str, str] | None:
 
 def insecure(host: str) -> bool:
     """Plain HTTP / no TLS verification: loopback registries, or GPUFORGE_REGISTRY_INSECURE=1."""
-    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or os.environ.get("GPUFORGE_REGISTRY_INSECURE") == "1"
+    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or options.setting("registry_insecure")
 
 
 @contextlib.contextmanager
 def auth_file(*hosts: str) -> Iterator[str | None]:
     """An auth file for skopeo/cosign: a private temporary one holding the env credentials, else the
     user's own (None: let the tool find it)."""
-    user, pw = os.environ.get("GPUFORGE_REGISTRY_USER"), os.environ.get("GPUFORGE_REGISTRY_PASSWORD")
+    user, pw = options.setting("registry_user"), options.setting("registry_password")
     if not (user and pw):
         cfg = os.environ.get("REGISTRY_AUTH_FILE") or (
             str(Path(os.environ["DOCKER_CONFIG"]) / "config.json") if os.environ.get("DOCKER_CONFIG") else None)

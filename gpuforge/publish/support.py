@@ -176,11 +176,12 @@ def render_notes(n: dict) -> str:
 
 def collect(t, *, registry: str | None, verifier, digest: str | None = None) -> Evidence:
     """The verified statements about `t`'s prod digest (or `digest`)."""
-    from gpuforge.publish import attest, cve, promote
+    from gpuforge.publish import attest, cve
     from gpuforge.publish.registry import Registry
     from gpuforge.state import records
 
-    host, repo, tag = promote.split_ref(promote.ref_for(t, registry))
+    _r = t.ref.on(registry) if registry else t.ref
+    host, repo, tag = _r.registry, _r.repository, _r.tag
     if digest is None:
         m = Registry(host).manifest(repo, f"{tag}-prod")
         digest = m.digest if m else None
@@ -221,7 +222,7 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
 
     from gpuforge.errors import ConfigError
     from gpuforge.plan import fleet
-    from gpuforge.publish import attest, promote
+    from gpuforge.publish import attest
 
     for flag, value in (("--digest", digest), ("--previous", previous)):
         if value is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
@@ -243,7 +244,8 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
             (d / "release-notes.json").write_text(json.dumps(n, indent=2, sort_keys=True) + "\n")
             (d / "release-notes.md").write_text(md)
             if sign:
-                host, repo, _ = promote.split_ref(promote.ref_for(t, registry))
+                _r = t.ref.on(registry) if registry else t.ref
+                host, repo, _ = _r.registry, _r.repository, _r.tag
                 attest.attest(f"{host}/{repo}@{ev.digest}", d / "release-notes.json", NOTES_TYPE, key=sign_key)
         elif sign:
             msg = "--attest needs --output (the notes file is what is signed)"

@@ -11,11 +11,9 @@ import functools
 import json
 import re
 import shutil
-from importlib import resources
 from pathlib import Path
 
 import jinja2
-import yaml
 
 from gpuforge import paths
 from gpuforge.errors import ConfigError
@@ -23,13 +21,9 @@ from gpuforge.plan import grammar
 from gpuforge.plan.matrix import Target
 from gpuforge.render import locks
 from gpuforge.render.labels import expected_labels
+from gpuforge.render.packages import image_spec, pip_tools
 
 PER_TARGET = ("Dockerfile", "target.json", "constraints.txt")
-
-
-@functools.cache
-def image_spec() -> dict:
-    return yaml.safe_load(resources.files("gpuforge.render").joinpath("data/image.yaml").read_text())
 
 
 # Defence in depth behind gpuforge.plan.grammar: what the template renders from matrix.yaml is quoted, so a value
@@ -92,11 +86,6 @@ def labels(t: Target) -> list[tuple[str, str]]:
     }
     out.update(expected_labels(t.expected()))
     return sorted(out.items())
-
-
-def pip_tools(t: Target) -> list[str]:
-    """What the image pip-installs besides torch (exact pins, from image.yaml and the target's settings)."""
-    return [*image_spec()["pip"], *t.settings.pip_packages]
 
 
 def constraints(t: Target) -> str:

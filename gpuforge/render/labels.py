@@ -18,7 +18,9 @@ def label_value(value: object) -> str:
     return ",".join(value) if isinstance(value, list | tuple) else str(value)
 
 
-def expected_labels(expected: dict) -> dict[str, str]:
-    out = {label_key(k): label_value(v) for k, v in expected.items() if k not in NOT_LABELS}
-    out[f"{NS}.target"] = expected["id"]
+def expected_labels(expected) -> dict[str, str]:
+    """The labels of a target's expected values (a gpuforge.image.expected.Expected)."""
+    given = expected.as_dict()
+    out = {label_key(k): label_value(v) for k, v in given.items() if k not in NOT_LABELS}
+    out[f"{NS}.target"] = given["id"]
     return out

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpuforge.errors import ConfigError
+from gpuforge.render import packages
 
 UV = "uv==0.13.8"  # gpuforge's resolver; the images pin their own uv in data/image.yaml
 PLATFORM = ("--python-platform", "x86_64-manylinux_2_28")
@@ -74,15 +75,13 @@ def _uv_compile(reqs: list[str], constraints: list[str], python: str, extra: lis
 
 def image_inputs(targets: list) -> dict[str, list[str]]:
     """lock name -> its input requirement lines, for the Pythons and torch versions of `targets`."""
-    from gpuforge.render import dockerfile as render
-
     groups: dict[str, set[str]] = {}
     for t in targets:
         v = t.variant
         name = f"image-py{t.python.replace('.', '')}-torch{v.torch.replace('.', '')}"
         groups.setdefault(name, set()).update({
             f"# python {t.python}", f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}",
-            f"triton=={v.triton}", f"uv=={render.image_spec()['uv']}", *render.pip_tools(t)})
+            f"triton=={v.triton}", f"uv=={packages.image_spec()['uv']}", *packages.pip_tools(t)})
     return {k: sorted(v) for k, v in sorted(groups.items())}
 
 

@@ -8,7 +8,6 @@ never a traceback.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -23,8 +22,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def state_dir() -> Path:
-    """$GPUFORGE_STATE_DIR, else .gpuforge (the folder itself must not be a symlink; its parents may be)."""
-    return Path(os.environ.get("GPUFORGE_STATE_DIR") or ".gpuforge")
+    """The state_dir setting (GPUFORGE_STATE_DIR, else .gpuforge); the folder itself must not be a symlink."""
+    from gpuforge import options  # the option table sits above state/ in the tree; read at call time
+
+    return Path(options.setting("state_dir"))
 
 
 def _folder(*, create: bool) -> files.Folder:

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
+from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import files, records
 from gpuforge.validate import evidence, report
@@ -90,17 +91,26 @@ def _raw_report(path: Path) -> dict | None:
     return rep if isinstance(rep, dict) else None
 
 
-def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
-    """Validator options for the GPU request mode and the GPUs asked for, grammar-checked (CLI/env input)."""
-    if gpu_request not in run.GPU_REQUESTS:
-        msg = f"--gpu-request / GPUFORGE_GPU_REQUEST: {gpu_request!r} is not one of {', '.join(run.GPU_REQUESTS)}"
+def rendered_target_json(t: Target) -> Path:
+    """The target.json rendering wrote (images/dist/<id>/, the file the image carries): the one copy validators
+    read. Missing, of another shape or stale: one line saying to run `gpuforge generate`."""
+    p = paths.dist() / t.id / "target.json"
+    try:
+        current = Expected.load(p)
+    except ExpectedError as e:
+        raise ConfigError(str(e)) from None
+    if current != t.expected():
+        msg = f"{p} is stale (it is not what matrix.yaml now says for {t.id}); run `gpuforge generate`"
         raise ConfigError(msg)
+    return p
+
+
+def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
+    """Validator options for the GPU request mode and the GPUs asked for (checked by gpuforge.options)."""
+    gpu_request = options.gpu_request(gpu_request).value  # checked by the one rule (a library caller too)
     out = ["--gpuforge-gpu-request", gpu_request]
     if gpus is not None:
-        if not (gpus == "all" or (gpus.isdigit() and len(gpus) < 4)):
-            msg = f"--gpus: {gpus!r} is not a GPU count or 'all'"
-            raise ConfigError(msg)
-        out += ["--gpuforge-gpus", gpus]
+        out += ["--gpuforge-gpus", options.resolve_one(options.SETTINGS["gpus"], cli=gpus).value]
     return out
 
 
@@ -122,8 +132,8 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         with files.Folder(reports.parent, reports.name, t.id) as out, \
                 tempfile.TemporaryDirectory(prefix=f"gpuforge-validate-{t.id[:40]}-") as tmp:
             own = Path(tmp)
-            (own / "target.json").write_text(t.expected_json())
-            args = ["--gpuforge-image", rec.image_id, "--gpuforge-target", str(own / "target.json"),
+            tj = rendered_target_json(t)
+            args = ["--gpuforge-image", rec.image_id, "--gpuforge-target", str(tj),
                     "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml"),
                     "-o", f"junit_suite_name={t.id}"]
             if gpu:
@@ -131,7 +141,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             if rec.extra_ca:
                 args += ["--gpuforge-ca", rec.extra_ca]
             print(f"gpuforge: validating {t.id} ({rec.image_id[:19]})", flush=True)
-            rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
+            rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-{t.id}"[:60])
             raw = _raw_report(own / "report.json")
             if raw is None:
                 failed.append(t.id)
@@ -140,7 +150,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             rep = report.finish(raw, required=required, gpu=gpu, revision=revision)
             md = report.markdown(rep)
             outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode(),
-                       "target.json": (own / "target.json").read_bytes()}
+                       "target.json": tj.read_bytes()}
             if (own / "report.xml").exists():
                 outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
             sbom = rep.get("facts", {}).get("sbom")
@@ -182,23 +192,23 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
     with tempfile.TemporaryDirectory(prefix="gpuforge-smoke-") as tmp:
         own = Path(tmp)
         if target_json:
+            try:  # the same schema the plugin reads it with: a bad file is one line here, not a pytest traceback
+                tid = Expected.load(target_json).id or "host"
+            except ExpectedError as e:
+                raise ConfigError(str(e)) from None
             args += ["--gpuforge-target", target_json]
-            tid = json.loads(Path(target_json).read_text()).get("id", "host")
-            expected = None
         else:
             m: Matrix = load_matrix(matrix)
             t = m.select(selectors)[0]
-            expected = t.expected_json()
-            (own / "target.json").write_text(expected)
-            args += ["--gpuforge-target", str(own / "target.json")]
+            args += ["--gpuforge-target", str(rendered_target_json(t))]
             tid = t.id
         for e in expect:
             args += ["--gpuforge-expect", e]
         rpath = reports / "smoke" / f"{tid}.json"
-        args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
+        args += [*(["--gpuforge-image", image] if image else ["--hosts", host]), "--gpuforge-gpu",
                  "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml")]
         with files.Folder(reports.parent, reports.name, "smoke") as out:
-            rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
+            rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
                          files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
             raw = _raw_report(own / "report.json")
             if raw is not None:
@@ -207,8 +217,6 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                 outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode()}
                 if (own / "report.xml").exists():
                     outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
-                if expected is not None:
-                    outputs[f"{tid}.target.json"] = expected.encode()
                 with out.locked():
                     out.write_set(outputs)
                 print(md)

@@ -18,6 +18,7 @@ from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, checkout_snapshot, matrix_copy, run_steps
 
 from conftest import ROOT, gpuforge, need
+from gpuforge import options
 from gpuforge.build import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
@@ -125,7 +126,7 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
              "GPUFORGE_ROOT": str(snap)}
     r = gpuforge("--matrix", str(m), "build", "--cache-to", "type=inline", "--progress", "plain", env=env_a, cwd=snap)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    if build.host_trust():
+    if options.resolve(command="build").source("extra_ca") in build.HOST_TRUST_ENV:
         assert "using the host's pip trust" in r.stdout
     rec_a = _record(tmp_path / "a", t.id, monkeypatch)
     built_by(f"{t.id} (runner A, --cache-to type=inline)", rec_a)

@@ -29,7 +29,7 @@ def test_full_suite_is_green_with_reports(validated):
     rep = report.load(d / "report.json")
     assert rep["green"] and report.is_green(rep)
     assert rep["facts"]["image_id"] == validated["record"]["image_id"]
-    assert rep["facts"]["versions"]["torch"] == t.expected()["torch"]
+    assert rep["facts"]["versions"]["torch"] == t.expected().torch
     names = {c["module"] for c in rep["checks"]}
     assert {"test_metadata", "test_versions", "test_security", "test_ssh", "test_jupyter", "test_inductor_cpu",
             "test_driver", "test_inventory"} <= names
@@ -129,7 +129,7 @@ def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -
                                  labels={"io.gpuforge.test": "broken"})
     try:
         target = tmp_path / "target.json"
-        target.write_text(json.dumps(t.expected()))
+        target.write_text(t.expected_json())
         out = tmp_path / "report.json"
         r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", "-p", "no:cacheprovider", "-q",
                             "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target", str(target),
@@ -306,19 +306,21 @@ def test_validators_run_over_ssh(default_build, tmp_path):
     key.write_private_key_file(str(tmp_path / "id_rsa"))
     pub = f"{key.get_name()} {key.get_base64()}"
     target = tmp_path / "target.json"
-    target.write_text(json.dumps(t.expected()))
+    target.write_text(t.expected_json())
     out = tmp_path / "report.json"
     with run.container(rec["image_id"], ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}) as c:
         c.wait_for_log("Server listening on", timeout=60)
         # each container has a fresh host key: trust it for this run only (testinfra reads an ssh_config)
         cfg = tmp_path / "ssh_config"
         cfg.write_text("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
-        spec = f"ssh://{t.settings.user}@127.0.0.1:{c.port(22)}?ssh_identity_file={tmp_path / 'id_rsa'}&ssh_config={cfg}"
+        spec = f"ssh://{t.settings.user}@127.0.0.1:{c.port(22)}"
+        # testinfra's own options: --hosts and its connection options reach the checks' `host`
         r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", "-p", "no:cacheprovider", "-q",
-                            "--rootdir", "validators", "--gpuforge-host", spec, "--gpuforge-target", str(target),
+                            "--rootdir", "validators", "--hosts", spec, "--ssh-identity-file", str(tmp_path / "id_rsa"),
+                            "--ssh-config", str(cfg), "--gpuforge-target", str(target),
                             "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     rep = json.loads(out.read_text())
     assert r.returncode == 0, r.stdout[-3000:]
-    assert rep["host"].startswith("ssh://") and rep["facts"]["versions"]["torch"] == t.expected()["torch"]
+    assert rep["host"].startswith("ssh://") and rep["facts"]["versions"]["torch"] == t.expected().torch
     passed = {c["name"] for c in rep["checks"] if c["outcome"] == "passed"}
     assert {"test_torch", "test_cuda", "test_cudnn", "test_nccl", "test_triton", "test_python"} <= passed

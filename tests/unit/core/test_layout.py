@@ -37,9 +37,30 @@ def test_image_package_imports_only_stdlib_yaml_packaging_and_itself():
                     f"{py}: imports {mod} (images carry stdlib + PyYAML + packaging only)"
 
 
-def test_in_image_programs_import_nothing_from_gpuforge():
+def test_in_image_programs_import_only_gpuforge_image():
+    """Every image carries gpuforge/image beside the programs: that, and nothing else of gpuforge, they may use."""
     for py in sorted((paths.project_root() / "images" / "programs").glob("*.py")):
-        assert not any(m.split(".")[0] == "gpuforge" for m in _imports(py)), py
+        bad = [m for m in _imports(py) if m.split(".")[0] == "gpuforge" and not m.startswith("gpuforge.image")]
+        assert not bad, f"{py}: imports {bad}"
+
+
+def test_the_smoke_program_finds_gpuforge_image_in_the_image_layout(tmp_path):
+    """As the Dockerfile lays it out (/opt/gpuforge/{programs,lib/gpuforge/image}), with no PYTHONPATH, from
+    another folder: the program imports its verdicts."""
+    import shutil
+    import subprocess
+
+    root = paths.project_root()
+    home = tmp_path / "opt" / "gpuforge"
+    shutil.copytree(root / "images" / "programs", home / "programs")
+    shutil.copytree(root / "gpuforge" / "image", home / "lib" / "gpuforge" / "image")
+    shutil.copy(root / "gpuforge" / "__init__.py", home / "lib" / "gpuforge" / "__init__.py")
+    probe = ("import runpy, sys; sys.argv = ['gpu_smoke.py', '--help']; "
+             f"g = runpy.run_path({str(home / 'programs' / 'gpu_smoke.py')!r}, run_name='probe'); "
+             "print(g['smoke_verdicts'].__file__)")
+    r = subprocess.run([sys.executable, "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(home / "lib" / "gpuforge" / "image" / "smoke_verdicts.py")
 
 
 def test_no_python_under_dist_and_no_package_copies():

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from gpuforge import paths
+from gpuforge.image import smoke_verdicts
 
 PROGRAMS = paths.project_root() / "images" / "programs"
 sys.path.insert(0, str(PROGRAMS))
@@ -169,6 +170,7 @@ print(json.dumps({"s": time.time() - go, "inductor": {"fxgraph_cache_hit" if hit
 
 def test_compile_cache_children_start_early_and_time_cold_then_warm(monkeypatch):
     monkeypatch.setattr(gpu_smoke, "_COMPILE_CHILD", _FAKE_COMPILE_CHILD)
+    monkeypatch.setattr(gpu_smoke, "TH", smoke_verdicts.default_thresholds())  # main() fills TH so
     gen = gpu_smoke.check_compile_cache()
     assert next(gen) is gpu_smoke.QUIET  # both children started; nothing timed yet
     time.sleep(0.5)  # they start up meanwhile (here: mark themselves ready) and wait for the go
@@ -177,7 +179,8 @@ def test_compile_cache_children_start_early_and_time_cold_then_warm(monkeypatch)
     res = stop.value.value
     assert res["warm_fxgraph_cache_hit"] == 1 and res["warm_fxgraph_cache_miss"] == 0
     assert res["cold_counters"] == {"fxgraph_cache_miss": 1}
-    assert res["speedup"] > 3 and res["ok"] is True
+    assert res["speedup"] > 3
+    assert smoke_verdicts.judge("compile_cache", res, gpu_smoke.TH)["ok"] is True  # the verdict main() applies
 
 
 def test_compile_cache_reports_a_child_that_dies(monkeypatch):

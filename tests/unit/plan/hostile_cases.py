@@ -40,6 +40,23 @@ default: ["os=debian12"]
 """
 END = len(BASE.splitlines()) + 1  # the line of anything appended
 
+# A second, smaller base: tests/conftest.py's BASE_MATRIX (kept equal by test_hostile_matrix.py).
+SMALL = """\
+registry: 127.0.0.1:5000
+repository: gpuforge/pytorch
+bases:
+  debian12:
+    bootstrap: {suite: bookworm}
+matrix:
+  torch: ["2.7.1"]
+  cuda: ["12.6", "12.8"]
+  python: ["3.12"]
+  os: [ubuntu24.04]
+  flavor: [runtime, devel]
+  source: [cuda-base]
+default: ["cuda=12.6 flavor=runtime"]
+"""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -56,6 +73,12 @@ def swap(n: int, new: str) -> str:
     lines = BASE.splitlines()
     lines[n - 1] = new
     return "\n".join(lines) + "\n"
+
+
+def small(old: str, new: str) -> str:
+    """SMALL with `old` replaced by `new` (once)."""
+    assert old in SMALL, old
+    return SMALL.replace(old, new, 1)
 
 
 def add(text: str) -> str:
@@ -99,6 +122,9 @@ CASES = [
          ("defaults.index_url", "' ' is not allowed in a URL")),
     Case("registry-with-scheme", swap(1, "registry: https://ghcr.io"), 1, ("registry", "without a scheme", "ghcr.io")),
     Case("registry-with-space", swap(1, 'registry: "ghcr.io extra"'), 1, ("is not a registry address",)),
+    # an empty registry made `gpuforge/pytorch:tag` read as registry host `gpuforge` when it was split later
+    Case("registry-empty", swap(1, 'registry: ""'), 1, ("registry", "an empty registry is not allowed", "HOST[:PORT]")),
+    Case("registry-bare-name", swap(1, "registry: myregistry"), 1, ("is not a registry address", "a bare name would be read")),
     Case("tag-with-plus", swap(3, 'tag_template: "{id}+local"'), 3, ("tag_template", "is not a valid tag")),
     Case("tag-with-slash", swap(3, 'tag_template: "{torch}/{id}"'), 3, ("is not a valid tag",)),
     Case("tag-leading-dot", swap(3, 'tag_template: ".{id}"'), 3, ("is not a valid tag", "not starting with .")),
@@ -193,5 +219,68 @@ CASES = [
          ("unknown key 'gpu_count'", "allowed: gpu, drivers, runs_on, gpus, exclude")),
     Case("fleet-exclude-nothing", add(_pool("h200", "H200", "9.0", "580.159.04") + '    exclude: ["cuda=11.8"]\n'),
          END + 5, ("fleet.h200.exclude.0", "excludes no target")),
+    # --- shapes and values a small matrix gets wrong (tests/conftest.py's BASE_MATRIX)
+    Case('not-a-mapping', "- just\n- a list\n", 1,
+         ('must be a mapping',)),
+    Case('bad-yaml', "matrix: [unclosed\n", 2,
+         ('not valid YAML',)),
+    Case('unknown-top-key', SMALL + "regsitry: x\n", 14,
+         ('regsitry', "perhaps you meant 'registry'")),
+    Case('unknown-axis-key', small("  flavor: [runtime, devel]", "  flavour: [runtime, devel]"), 11,
+         ('matrix.flavour', "perhaps you meant 'flavor'")),
+    Case('float-cuda', small('cuda: ["12.6", "12.8"]', "cuda: [12.6, 12.8]"), 8,
+         ('matrix.cuda.0', 'quote version numbers, e.g. "12.6"'), lines=2),
+    Case('axis-not-list', small('torch: ["2.7.1"]', 'torch: "2.7.1"'), 7,
+         ('matrix.torch', 'valid list')),
+    Case('bad-flavor', small("flavor: [runtime, devel]", "flavor: [runtime, debug]"), 11,
+         ('matrix.flavor.1', "'debug' is not allowed", 'runtime')),
+    Case('bad-source', small("source: [cuda-base]", "source: [conda]"), 12,
+         ('matrix.source.0', "'conda'")),
+    Case('missing-matrix', "default: [x]\n", 1,
+         ('matrix: required field is missing',)),
+    Case('missing-default', SMALL.replace('default: ["cuda=12.6 flavor=runtime"]\n', ""), 1,
+         ('default: required field is missing',)),
+    Case('default-matches-nothing', small('default: ["cuda=12.6 flavor=runtime"]', 'default: ["cuda=12.4"]'), 13,
+         ('default', 'cuda=12.4 matches no target')),
+    Case('cuda-not-published', small('cuda: ["12.6", "12.8"]', 'cuda: ["12.4"]'), 8,
+         ('torch 2.7.1 publishes no CUDA 12.4 variant (allowed: 11.8, 12.6, 12.8)',)),
+    Case('unknown-torch', small('torch: ["2.7.1"]', 'torch: ["2.6.9"]'), 7,
+         ('torch 2.6.9 is not a known release (allowed: 2.7.0, 2.7.1)',)),
+    Case('python-os-mismatch', small('python: ["3.12"]', 'python: ["3.11"]'), 9,
+         ('ubuntu24.04 ships python 3.12, not 3.11',)),
+    Case('python-unsupported-by-torch', small('python: ["3.12"]', 'python: ["3.8"]'), 9,
+         ('torch 2.7.1 does not support python 3.8',), lines=2),
+    Case('cuda-base-tag-missing', small("os: [ubuntu24.04]", "os: [debian12]").replace('python: ["3.12"]', 'python: ["3.11"]'), 10,
+         ('nvidia/cuda:12.6.3-cudnn-runtime-debian12 does not exist', 'use source: wheels for debian12'), lines=4),
+    Case('unknown-os', small("os: [ubuntu24.04]", "os: [centos7]"), 10,
+         ("unknown os 'centos7'",)),
+    Case('duplicate-target', small('cuda: ["12.6", "12.8"]', 'cuda: ["12.6", "12.6"]'), 8,
+         ('matrix.cuda.1', '"12.6" is listed twice')),
+    Case('small-duplicate-key', SMALL + "registry: again\n", 14,
+         ("duplicate key 'registry'",)),
+    Case('include-unknown-key', SMALL.replace("default:", "  include:\n    - {cudaa: \"12.6\"}\ndefault:"), 14,
+         ('matrix.include.0.cudaa', "unknown key 'cudaa'")),
+    Case('include-incomplete', SMALL.replace("default:", "  include:\n    - {torch: \"2.7.1\", cuda: \"12.6\", os: debian12}\ndefault:"), 14,
+         ('has no python, flavor, source',)),
+    Case('exclude-nothing', SMALL.replace("default:", "  exclude:\n    - {cuda: \"12.9\"}\ndefault:"), 14,
+         ('excludes nothing',)),
+    Case('include-float', SMALL.replace("default:", "  include:\n    - {cuda: 12.6, size_budget_gb: 3}\ndefault:"), 14,
+         ('matrix.include.0.cuda', 'quote version numbers')),
+    Case('bad-user', SMALL + "defaults: {user: Root!}\n", 14,
+         ('defaults.user', "'Root!' is not a user name")),
+    Case('low-uid', SMALL + "defaults: {uid: 0}\n", 14,
+         ('defaults.uid', 'greater than or equal to 1000')),
+    Case('base-both', small("    bootstrap: {suite: bookworm}", "    bootstrap: {suite: bookworm}\n    image: debian:12"), 4,
+         ('exactly one of `image:`',)),
+    Case('bootstrap-unknown-key', small("bootstrap: {suite: bookworm}", "bootstrap: {suite: bookworm, mirrror: x}"), 5,
+         ('bases.debian12.bootstrap.mirrror', "perhaps you meant 'mirror'")),
+    Case('base-unknown-os', small("  debian12:\n", "  debian13:\n"), 4,
+         ('bases.debian13: unknown os',)),
+    Case('override-bad-selector', SMALL + 'overrides:\n  - {select: "gpu=h100", size_budget_gb: 9}\n', 15,
+         ('overrides.0.select', "unknown key 'gpu'")),
+    Case('tag-template-placeholder', small("repository: gpuforge/pytorch", "repository: gpuforge/pytorch\ntag_template: \"{torch}-{arch}\""), 3,
+         ('unknown placeholder {arch}',)),
+    Case('bad-repository', small("repository: gpuforge/pytorch", "repository: GPUForge/PyTorch"), 2,
+         ('repository', 'is not a repository name')),
 ]
 

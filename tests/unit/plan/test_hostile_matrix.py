@@ -5,10 +5,11 @@ the real CLI entry point). tools/bench_matrix.py times the same table."""
 from __future__ import annotations
 
 import pytest
-from hostile_cases import BASE, CASES
+from hostile_cases import BASE, CASES, SMALL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import BASE_MATRIX, examples
 from gpuforge.cli import main
 
 
@@ -43,6 +44,15 @@ def test_the_base_of_the_table_is_valid(tmp_path, capsys):
     assert main(["--matrix", str(tmp_path / "matrix.yaml"), "plan"]) == 0, capsys.readouterr().err
 
 
+def test_missing_file(capsys):
+    assert main(["--matrix", "/nonexistent/matrix.yaml", "plan"]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_the_small_base_is_the_shared_one():
+    assert SMALL == BASE_MATRIX
+
+
 def test_at_least_forty_cases_with_unique_ids():
     assert len(CASES) >= 40
     assert len({c.id for c in CASES}) == len(CASES)
@@ -53,7 +63,7 @@ _TOKENS = ["{", "}", "[", "]", ":", "- ", "&a ", "*a", "<<: ", "!!str ", "!!int 
            "1e400", ".nan", "{id}", "%", "? ", "|", "#", "\t", "~", "12.10", "@", "`", ",", "\x00", "\udcff", "é"]
 
 
-@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.integers(0, len(BASE)), st.integers(0, 4), st.sampled_from(_TOKENS)), min_size=1, max_size=4))
 def test_random_edits_end_in_a_plan_or_an_error_line_never_a_traceback(tmp_path, capsys, edits):
     text = BASE

@@ -64,7 +64,7 @@ def test_cuda_base_uses_nvidia_image_and_pytorch_index(write_matrix):
     t = m.by_id("pt271-cu128-py312-ubuntu2404-devel-cudabase")
     assert t.base_image == "nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04"
     assert t.index_url == "https://download.pytorch.org/whl/cu128"
-    assert t.expected()["torch"] == "2.7.1+cu128"
+    assert t.expected().torch == "2.7.1+cu128"
 
 
 def test_wheels_on_pypi_default_variant_use_pypi():

@@ -77,6 +77,27 @@ REFUSED = {
     "fleet-driver-grammar": "$.fleet.h200.drivers[0]",
     "fleet-gpus-zero": "$.fleet.h200.gpus",
     "fleet-key-typo": "$.fleet.h200",
+    # the small base's cases
+    "registry-empty": "$.registry",
+    "registry-bare-name": "$.registry",
+    "not-a-mapping": "$",
+    "unknown-top-key": "$",
+    "unknown-axis-key": "$.matrix",
+    "float-cuda": "$.matrix.cuda[0]",
+    "axis-not-list": "$.matrix.torch",
+    "bad-flavor": "$.matrix.flavor[1]",
+    "bad-source": "$.matrix.source[0]",
+    "missing-matrix": "$",
+    "missing-default": "$",
+    "unknown-os": "$.matrix.os[0]",
+    "include-unknown-key": "$.matrix.include[0]",
+    "include-float": "$.matrix.include[0].cuda",
+    "bad-user": "$.defaults.user",
+    "low-uid": "$.defaults.uid",
+    "bootstrap-unknown-key": "$.bases.debian12.bootstrap",
+    "base-unknown-os": "$.bases",
+    "tag-template-placeholder": "$.tag_template",
+    "bad-repository": "$.repository",
 }
 # Beyond a schema (YAML-level, cross-field or compat-data checks): only the loader refuses these.
 LOADER_ONLY = {
@@ -88,6 +109,9 @@ LOADER_ONLY = {
     "python-object-tag", "empty-int-tag", "boolean-key", "duplicate-key", "two-documents", "bad-timestamp",
     # compat-data facts: the arch list and driver floor of each target, the capability of each GPU model
     "fleet-cu126-on-sm120", "fleet-driver-too-old", "fleet-capability-not-the-models", "fleet-exclude-nothing",
+    "default-matches-nothing", "cuda-not-published", "unknown-torch", "python-os-mismatch",
+    "python-unsupported-by-torch", "cuda-base-tag-missing", "duplicate-target", "include-incomplete", "exclude-nothing",
+    "base-both", "override-bad-selector", "bad-yaml", "small-duplicate-key",
 }
 
 

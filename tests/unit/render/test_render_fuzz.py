@@ -17,6 +17,7 @@ from dockerfile_parse import DockerfileParser
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gpuforge.errors import ConfigError
 from gpuforge.plan import grammar
 from gpuforge.plan.matrix import load_matrix
@@ -105,7 +106,7 @@ def test_shipped_dockerfiles_parse_and_lint_clean(tmp_path, source):
 
 
 # No shrinking: a failing batch is reported whole (shrinking 20 renders + hadolint takes minutes).
-@settings(max_examples=15, deadline=None, database=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=examples(15), phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=st.lists(st.tuples(st.sampled_from(sorted(TARGETS)), st.sampled_from(FIELDS), text), min_size=20, max_size=20))
 # found by this test in one run: a bare `then` made hadolint report SC1010 (reserved words are quoted now)
 @example(batch=[(sorted(TARGETS)[0], f, w) for f in ("pip_packages", "apt_packages") for w in ("then", "fi", "done", "esac")])

@@ -135,7 +135,7 @@ def test_fewer_gpus_than_asked_fails(monkeypatch):
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0,1")
     device = {"ok": True, "count": 1, "names": ["NVIDIA H200"]}
     with pytest.raises(AssertionError, match=r"CUDA sees 1 GPU\(s\) but 2 were asked for \(NVIDIA_VISIBLE_DEVICES=0,1\)"):
-        v.test_sees_exactly_the_gpus_asked_for(device, Cfg(), False, {})
+        v.test_sees_exactly_the_gpus_asked_for(device, Cfg(), False, "local://", {})
 
 
 def test_gpu_request_modes():

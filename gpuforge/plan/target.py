@@ -1,0 +1,129 @@
+"""The records every stage shares about one image: Target (what to build, from matrix.yaml), its id, and
+ImageRef (an image reference parsed once by the distribution reference grammar, never split as a string)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+
+from gpuforge.image import compat
+from gpuforge.image.expected import Expected
+from gpuforge.plan import grammar
+from gpuforge.plan.schema import AXES, Settings
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """REGISTRY/REPOSITORY[:TAG][@DIGEST]. `registry` is "" when the reference names none (docker.io's)."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ImageRef:
+        """Parse by the distribution grammar (a first component is the registry only when it has a dot or a
+        port, or is localhost); ValueError says what is allowed."""
+        grammar.image_reference(text)
+        m = grammar.reference_match(text)
+        return cls(m.group(1) or "", m.group(2), m.group(3), m.group(4))
+
+    @property
+    def name(self) -> str:
+        """REGISTRY/REPOSITORY (REPOSITORY alone without a registry): what `docker tag` and a push name."""
+        return f"{self.registry}/{self.repository}" if self.registry else self.repository
+
+    def on(self, registry: str) -> ImageRef:
+        """The same repository and tag on another registry."""
+        return replace(self, registry=grammar.registry(registry))
+
+    def at(self, digest: str) -> ImageRef:
+        return replace(self, digest=digest)
+
+    def __str__(self) -> str:
+        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One image to build: its axes, resolved settings and every version it must contain."""
+
+    id: str
+    torch: str
+    cuda: str
+    python: str
+    os: str
+    flavor: str
+    source: str
+    base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
+    bootstrap: dict | None  # {suite, mirror, variant} when the base is bootstrapped
+    settings: Settings = field(hash=False, compare=False)
+    variant: compat.Variant = field(hash=False, compare=False)
+    tags: tuple[str, ...]  # full references: registry/repository:tag
+    aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
+    registry: str
+    repository: str
+    pools: tuple = field(default=(), hash=False, compare=False)  # gpuforge.plan.fleet.Pool that validate it
+    excluded_from: dict = field(default_factory=dict, hash=False, compare=False)  # pool -> the exclude entry
+
+    @property
+    def ref(self) -> ImageRef:
+        """The build tag, parsed: registry, repository, tag."""
+        return ImageRef.parse(self.tags[0])
+
+    @property
+    def image_name(self) -> str:
+        return self.ref.name
+
+    @property
+    def tag(self) -> str:
+        return str(self.ref.tag)
+
+    @property
+    def index_url(self) -> str:
+        """Where torch comes from: cuda-base images use the PyTorch index of their CUDA; wheels images
+        use PyPI when PyPI's default wheel is that CUDA variant, the PyTorch index otherwise."""
+        if self.settings.index_url:
+            return self.settings.index_url
+        if self.source == "wheels" and self.variant.on_pypi:
+            return self.settings.pypi_url
+        return self.variant.index_url
+
+    def axes(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in AXES}
+
+    def expected(self) -> Expected:
+        """What the validators expect inside the image (its target.json); the one place tests get versions from."""
+        v = self.variant
+        return Expected(
+            id=self.id, torch=v.torch_local_version, cuda=v.cuda, cudnn=v.cudnn, nccl=v.nccl, triton=v.triton,
+            torchvision=v.torchvision, torchaudio=v.torchaudio, python=self.python, flavor=self.flavor,
+            source=self.source, os=self.os, user=self.settings.user, uid=self.settings.uid,
+            size_budget_gb=self.settings.size_budget_gb, arch_list=tuple(v.arch_list), ptx=tuple(v.ptx),
+        )
+
+    def expected_json(self) -> str:
+        """expected() as the target.json that images carry and validators read."""
+        return self.expected().to_json()
+
+    def recipe_hash(self, context_files: dict[str, bytes] | None = None) -> str:
+        """Hash of everything that decides the image's bytes (the rendered context, when given)."""
+        h = hashlib.sha256(json.dumps(self.expected().as_dict(), sort_keys=True).encode())
+        h.update(self.base_image.encode())
+        for name in sorted(context_files or {}):
+            h.update(name.encode() + b"\0" + context_files[name])
+        return h.hexdigest()[:16]
+
+
+def target_id(torch: str, cuda: str, python: str, os_name: str, flavor: str, source: str) -> str:
+    """Flat id with one grammar, usable as a tag: pt271-cu126-py311-debian12-runtime-wheels."""
+    return "-".join([
+        "pt" + torch.replace(".", ""),
+        compat.cuda_variant_name(cuda),
+        "py" + python.replace(".", ""),
+        os_name.replace(".", ""),
+        flavor,
+        source.replace("-", ""),
+    ])

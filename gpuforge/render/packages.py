@@ -1,0 +1,23 @@
+"""What an image installs besides the CUDA wheels compat pins: image.yaml's tools and the target's pip_packages.
+
+Its own module because both the Dockerfile (dockerfile.py) and the Python lock (locks.py) need it: owned by
+either, the two imported each other.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import yaml
+
+
+@functools.cache
+def image_spec() -> dict:
+    """gpuforge/render/data/image.yaml: the apt and pip tools every image gets, and uv's version."""
+    return yaml.safe_load(resources.files("gpuforge.render").joinpath("data/image.yaml").read_text())
+
+
+def pip_tools(t) -> list[str]:
+    """What the image pip-installs besides torch (exact pins, from image.yaml and the target's settings)."""
+    return [*image_spec()["pip"], *t.settings.pip_packages]

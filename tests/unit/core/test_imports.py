@@ -1,0 +1,223 @@
+"""Imports follow the pipeline: no cycle, no import that runs back up a stage, and `GPUFORGE_*` read from the
+environment only in gpuforge/options.py (and gpuforge/image/, for the variables an image reads), never at import.
+
+Every module under gpuforge/ is parsed (imports inside functions count: a lazy import is still an edge).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuforge import paths
+
+PKG = paths.project_root() / "gpuforge"
+
+# Which stage (folder, or core module) may import which. Stage order: plan < render < build < validate < publish;
+# engine is used by build, validate and publish; state and image are the floor. Core: cli may import anything
+# (it is the only one); errors imports nothing; options and paths are read by every stage, and options checks
+# values with the plan grammar (plan.grammar, plan.schema: MODULE_EXCEPTIONS).
+FLOOR = {"__init__", "errors", "options", "paths"}  # __init__: the version
+ALLOWED: dict[str, set[str]] = {
+    "__main__": {"cli"},
+    "__init__": set(),
+    "cli": {"*"},
+    "errors": set(),
+    "options": {"errors"},
+    "paths": {"errors", "options"},
+    "image": set(),
+    "state": FLOOR | {"image"},
+    "plan": FLOOR | {"image"},
+    "render": FLOOR | {"image", "plan", "state"},
+    "engine": FLOOR | {"image", "plan", "state"},
+    "build": FLOOR | {"image", "plan", "state", "render", "engine"},
+    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "build"},
+    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "build", "validate"},
+}
+MODULE_EXCEPTIONS = {("gpuforge.options", "gpuforge.plan.grammar"), ("gpuforge.options", "gpuforge.plan.schema")}
+ENV_READERS = ("gpuforge.options", "gpuforge.image")
+
+
+def _name(py: Path) -> str:
+    parts = py.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {_name(py): ast.parse(py.read_text(), str(py)) for py in sorted(PKG.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _target(module: str) -> str:
+    """The module an import names (`from gpuforge import options` names gpuforge.options)."""
+    while module not in MODULES and "." in module:
+        module = module.rsplit(".", 1)[0]
+    return module
+
+
+def _edges(name: str, tree: ast.Module) -> set[str]:
+    out = set()
+    pkg = name if (PKG.parent / Path(*name.split("."))).is_dir() else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(_target(a.name) for a in node.names if a.name.split(".")[0] == "gpuforge")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            if base.split(".")[0] != "gpuforge":
+                continue
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                out.add(full if full in MODULES else _target(base))
+    out.discard(name)
+    return out
+
+
+GRAPH = {name: _edges(name, tree) for name, tree in MODULES.items()}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_graph_is_read():
+    assert len(MODULES) > 30
+    assert "gpuforge.options" in GRAPH["gpuforge.build.runner"]
+    assert "gpuforge.plan.grammar" in GRAPH["gpuforge.options"]
+
+
+def test_every_stage_is_in_the_table():
+    assert {stage(m) for m in MODULES} <= set(ALLOWED), sorted({stage(m) for m in MODULES} - set(ALLOWED))
+
+
+def test_no_upward_import():
+    bad = []
+    for a, targets in GRAPH.items():
+        for b in targets:
+            sa, sb = stage(a), stage(b)
+            if sa == sb or "*" in ALLOWED[sa] or sb in ALLOWED[sa] or (a, b) in MODULE_EXCEPTIONS:
+                continue
+            bad.append(f"{a} imports {b} ({sa} may import {', '.join(sorted(ALLOWED[sa])) or 'nothing outside itself'})")
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_the_cli():
+    assert [a for a, t in GRAPH.items() if "gpuforge.cli" in t] == ["gpuforge.__main__"]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _env_reads(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, variable) of every GPUFORGE_* read from an environment mapping or os.getenv."""
+    def gpuforge_const(n) -> str | None:
+        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("GPUFORGE_") else None
+
+    def environ(n) -> bool:
+        text = ast.unparse(n)
+        return "environ" in text or text in ("env", "os")
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            var = gpuforge_const(node.args[0])
+            if var and (node.func.attr == "getenv" or (node.func.attr in ("get", "pop", "setdefault")
+                                                       and environ(node.func.value))):
+                out.append((node.lineno, var))
+        elif isinstance(node, ast.Subscript) and environ(node.value) and (var := gpuforge_const(node.slice)):
+            out.append((node.lineno, var))
+        elif isinstance(node, ast.Compare) and (var := gpuforge_const(node.left)) and any(environ(c) for c in node.comparators):
+            out.append((node.lineno, var))
+    return out
+
+
+def test_only_the_options_module_reads_gpuforge_variables():
+    bad = [f"{m}:{line}: reads {var}" for m, tree in MODULES.items()
+           if not m.startswith(ENV_READERS) for line, var in _env_reads(tree)]
+    assert not bad, "\n".join(bad) + "\n(declare the setting in gpuforge/options.py's TABLE and use options.setting)"
+
+
+@pytest.mark.parametrize("code", [
+    'os.environ.get("GPUFORGE_X")', 'os.environ["GPUFORGE_X"]', 'os.getenv("GPUFORGE_X", "1")',
+    '"GPUFORGE_X" in os.environ', 'environ.get("GPUFORGE_X")',
+])
+def test_the_env_read_finder_finds_each_form(code):
+    assert _env_reads(ast.parse(code)) == [(1, "GPUFORGE_X")]
+
+
+def test_no_gpuforge_variable_is_read_at_import():
+    """Import every module with an environment that records each GPUFORGE_* lookup: none may happen."""
+    probe = """
+import importlib, json, os, sys
+seen = []
+class Recording(dict):
+    def _note(self, k):
+        if isinstance(k, str) and k.startswith("GPUFORGE_"):
+            seen.append(k)
+    def __getitem__(self, k):
+        self._note(k); return dict.__getitem__(self, k)
+    def get(self, k, d=None):
+        self._note(k); return dict.get(self, k, d)
+    def __contains__(self, k):
+        self._note(k); return dict.__contains__(self, k)
+os.environ = Recording(os.environ)
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+print(json.dumps(seen))
+"""
+    names = sorted(m for m in MODULES if not m.endswith("__main__"))
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(names)], capture_output=True, text=True, timeout=120,
+                       cwd=PKG.parent, env={"GPUFORGE_DRIVER": "auto", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+                       check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == []
