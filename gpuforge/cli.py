@@ -146,6 +146,11 @@ def cmd_validate(args) -> int:
 
     m, targets = _targets(args)
     gpu_request = _gpu_request(args, m) if args.gpu else None
+    if args.attest:  # sign in this process, from this run's results, onto the pushed digest
+        from gpuforge.publish import signed_run
+
+        return signed_run.validate_and_attest(targets, reports=Path(args.reports), key=args.key, registry=args.registry,
+                                              pytest_args=args.pytest_args, gpu=args.gpu, gpu_request=gpu_request)
     return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
                                      gpu=args.gpu, gpu_request=gpu_request)
 
@@ -177,7 +182,7 @@ def cmd_push(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.push_targets(targets, registry=args.registry)
+    promote.push_targets(targets, registry=args.registry, replace=args.replace)
     return 0
 
 
@@ -186,7 +191,37 @@ def cmd_promote(args) -> int:
 
     m, targets = _targets(args)
     promote.promote_targets(targets, env=args.to, reports=Path(args.reports), registry=args.registry,
-                            require_gpu=args.require_gpu, key=args.key)
+                            require_gpu=args.require_gpu, allow_no_gpu=args.allow_no_gpu, replace=args.replace,
+                            key=args.key, sign_key=args.sign_key)
+    return 0
+
+
+def _one_target(args):
+    m, targets = _targets(args)
+    if len(targets) != 1:
+        msg = f"{args.cmd}: select exactly one target ({len(targets)} matched: {', '.join(t.id for t in targets[:5])})"
+        raise ConfigError(msg)
+    return targets[0]
+
+
+def cmd_status(args) -> int:
+    from gpuforge.publish import status
+
+    m, targets = _targets(args)
+    return status.status(targets, env=args.env, registry=args.registry, key=args.key, as_json=args.json)
+
+
+def cmd_history(args) -> int:
+    from gpuforge.publish import status
+
+    return status.show_history(_one_target(args), env=args.env, registry=args.registry, key=args.key, as_json=args.json)
+
+
+def cmd_rollback(args) -> int:
+    from gpuforge.publish import rollback
+
+    rollback.rollback(_one_target(args), env=args.env, to=args.to, steps=args.steps, registry=args.registry,
+                      key=args.key, sign_key=args.sign_key, allow_no_gpu=args.allow_no_gpu, reports=Path(args.reports))
     return 0
 
 
@@ -249,6 +284,14 @@ def parser() -> argparse.ArgumentParser:
                         "else matrix.yaml's gpu_request, else nvidia")
     p.add_argument("--gpu-request", help=gpu_request_help)
     p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
+    p.add_argument("--attest", action="store_true",
+                   help="sign this run's result (green or not) onto the pushed digest with cosign, in this process; "
+                        "push first. The only way evidence is signed")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
+                   help="with --attest: cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); "
+                        "none: keyless (OIDC)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"),
+                   help="with --attest: the registry the target was pushed to (env GPUFORGE_REGISTRY)")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("--image", help="start a container of this image with every GPU and check inside it")
@@ -262,21 +305,50 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pytest-args", default="")
     p = add("push", cmd_push, "push built targets and record their digests")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--replace", action="store_true",
+                   help="move the build tag when it already names another image (recorded in the build record)")
     p = add("promote", cmd_promote, "promote validated digests to dev or prod")
     p.add_argument("--to", required=True, choices=("dev", "prod"))
     p.add_argument("--reports", default="reports")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
-    p.add_argument("--require-gpu", action="store_true", help="also require a GPU-validated report (default for prod)")
-    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
-                   help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
-                        "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
-    p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
+    p.add_argument("--require-gpu", action="store_true", help="also require signed GPU evidence (always for prod)")
+    p.add_argument("--allow-no-gpu", action="store_true",
+                   help="prod without signed GPU evidence: a warning, recorded in the promotion record and history")
+    p.add_argument("--replace", action="store_true",
+                   help="move the environment's version tag (<tag>-dev/-prod) off another digest (recorded)")
+    key_help = ("cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
+                "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
+    sign_help = ("cosign private key that signs the promotion records (env GPUFORGE_COSIGN_KEY, password in "
+                 "COSIGN_PASSWORD); none: keyless (OIDC)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help=key_help)
+    p.add_argument("--sign-key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help=sign_help)
+    p = add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)")
     p.add_argument("--reports", default="reports")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
+    p = add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
+    p.add_argument("--env", choices=("dev", "prod"), help="one environment (default: both)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help="registry (env GPUFORGE_REGISTRY)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help=key_help)
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p = add("history", cmd_history, "the promotions of TARGET in one environment, in order, from the registry")
+    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help="registry (env GPUFORGE_REGISTRY)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help=key_help)
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p = add("rollback", cmd_rollback, "point an environment's tags back at a digest promoted there before "
+            "(evidence re-verified; no rebuild, no layer pull)")
+    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
+    p.add_argument("--to", help="the digest to restore (must have been promoted to this environment)")
+    p.add_argument("--steps", type=int, help="how many promoted digests back (default 1)")
+    p.add_argument("--allow-no-gpu", action="store_true", help="prod: restore a digest without GPU evidence (recorded)")
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help="registry (env GPUFORGE_REGISTRY)")
+    p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"), help=key_help)
+    p.add_argument("--sign-key", default=os.environ.get("GPUFORGE_COSIGN_KEY"), help=sign_help)
+    p.add_argument("--reports", default="reports", help="where the local copy of the record goes")
     return ap
 
 

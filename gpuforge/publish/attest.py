@@ -1,8 +1,9 @@
 """Signed validation evidence on the registry, through cosign (Debian trixie's 2.5).
 
-`attest` attaches a green report (and the image's inventory) to the pushed image digest as in-toto
-attestations; `verified_predicates` reads them back with `cosign verify-attestation`, so promotion
-(and any consumer) judges the signed statement on the registry, not a local file.
+`attest_data` attaches an in-memory statement (a validation run's result, the image's inventory, a
+promotion record) to a pushed image digest as an in-toto attestation; `verified_statements` reads them
+back with `cosign verify-attestation`, in registry order (the order cosign appended them), so promotion
+(and any consumer) judges signed statements on the registry, never a local file.
 
 Signing: a key pair (`--key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification: the
@@ -14,18 +15,21 @@ GPUFORGE_COSIGN_ISSUER). GPUFORGE_COSIGN_TLOG=1 uploads to / checks the Rekor tr
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
-from gpuforge.publish.registry import auth_file, insecure
+from gpuforge.publish.registry import Registry, auth_file, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
 INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"
+PROMOTION_TYPE = "https://gpuforge.dev/attestations/promotion/v1"
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,40 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
         raise RegistryError(msg)
 
 
-def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
-    """The predicates of every attestation of `type_uri` on `ref` whose signature verifies and whose
-    subject is exactly this digest; [] when there is none."""
+def attest_data(ref: str, data: dict, type_uri: str, *, key: str | None) -> None:
+    """Sign an in-memory predicate: it goes to cosign through a private temporary file (mode 0600 in a
+    0700 folder this process made), never through a path a user edits."""
+    with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
+        p = Path(d) / "predicate.json"
+        p.touch(mode=0o600)
+        p.write_text(json.dumps(data, sort_keys=True))
+        attest(ref, p, type_uri, key=key)
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One verified attestation: its predicate, and where it sits in the registry's attestation manifest
+    (cosign appends each new attestation as the last layer of `sha256-<digest>.att`: registry order)."""
+
+    predicate: dict
+    layer: str  # sha256 of the DSSE envelope (the layer digest)
+    index: int  # position in the .att manifest; larger is newer
+
+
+def _att_layers(ref: str) -> list[str]:
+    """The layer digests of the digest's attestation manifest, in registry order ([] when there is none)."""
+    host, rest = ref.split("/", 1)
+    repo, digest = rest.rsplit("@", 1)
+    m = Registry(host).manifest(repo, "sha256-" + digest.split(":", 1)[1] + ".att")
+    if m is None:
+        return []
+    return [layer.get("digest") for layer in json.loads(m.body).get("layers", [])]
+
+
+def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Signed]:
+    """Every attestation of `type_uri` on `ref` whose signature verifies and whose subject is exactly
+    this digest, oldest first in registry order; [] when there is none. Nothing inside a predicate
+    orders them (a signer's field is not a clock)."""
     host, digest = ref.split("/", 1)[0], ref.rsplit("@", 1)[1]
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
             *([] if _tlog() else ["--insecure-ignore-tlog=true"]), ref]
@@ -105,10 +140,12 @@ def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dic
             raise RegistryError(msg)
         msg = f"attestations on {ref} do not verify: {text.strip().splitlines()[-1][-300:]}"
         raise PromotionRefused(msg)
+    order = {d: i for i, d in enumerate(_att_layers(ref))}
     out = []
     for line in r.stdout.splitlines():
         if not line.strip().startswith("{"):
             continue
+        layer = "sha256:" + hashlib.sha256(line.encode()).hexdigest()  # cosign prints the envelope's bytes
         env = json.loads(line)
         stmt = json.loads(base64.b64decode(env["payload"]))
         if stmt.get("predicateType") != type_uri:
@@ -116,11 +153,21 @@ def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dic
         if not any(s.get("digest", {}).get("sha256") == digest.split(":", 1)[1] for s in stmt.get("subject", [])):
             continue  # signed, but about other bytes
         pred = stmt.get("predicate")
-        # cosign --type URI wraps non-standard predicates as {"Data": "<file text>", "Timestamp": ...}
+        # cosign --type URI may wrap non-standard predicates as {"Data": "<file text>", "Timestamp": ...}
         if isinstance(pred, dict) and "Data" in pred and isinstance(pred["Data"], str):
             try:
                 pred = json.loads(pred["Data"])
             except json.JSONDecodeError:
                 continue
-        out.append(pred)
-    return out
+        if not isinstance(pred, dict):
+            continue
+        if layer not in order:  # verified, yet not a layer of the manifest just read: a concurrent rewrite
+            msg = f"the attestations on {ref} changed while being read; retry"
+            raise RegistryError(msg)
+        out.append(Signed(predicate=pred, layer=layer, index=order[layer]))
+    return sorted(out, key=lambda s: s.index)
+
+
+def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
+    """The verified predicates of `type_uri` on `ref`, oldest first in registry order."""
+    return [s.predicate for s in verified_statements(ref, type_uri, verifier)]

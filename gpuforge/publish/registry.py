@@ -126,6 +126,21 @@ class Registry:
         body = r.stdout.encode()
         return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
 
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of `repo` ([] when the repository does not exist)."""
+        with auth_file(self.host) as af:
+            r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
+                        f"docker://{self.host}/{repo}"], f"list tags of {repo}", self.host)
+        if r.returncode != 0:
+            if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
+                return []
+            _fail(r, self.host, f"list tags of {repo}")
+        try:
+            return list(json.loads(r.stdout).get("Tags") or [])
+        except json.JSONDecodeError:
+            msg = f"registry {self.host}: the tag list of {repo} is not JSON"
+            raise RegistryError(msg) from None
+
     def copy(self, repo: str, digest: str, tag: str) -> None:
         """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
         tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []

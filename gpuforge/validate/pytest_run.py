@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import docker.errors
@@ -65,8 +68,22 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
     return out
 
 
+def _publish(private: Path, final: Path) -> None:
+    """Copy a run's report files from its private folder into reports/ (each atomically)."""
+    for src in (private, private.with_suffix(".md"), private.with_suffix(".xml")):
+        if src.exists():
+            dst = final.with_name(final.stem + src.suffix)
+            tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+            shutil.copyfile(src, tmp)
+            tmp.replace(dst)
+
+
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
-                     gpu_request: str = "nvidia") -> int:
+                     gpu_request: str = "nvidia",
+                     on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
+    """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
+    holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
+    made): what `validate --attest` signs is what the run observed, not a file someone can edit first."""
     c = engine.client()
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
@@ -80,7 +97,10 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         out = reports / t.id
         out.mkdir(parents=True, exist_ok=True)
         (out / "target.json").write_text(t.expected_json())
-        rpath = report_path(reports, t.id, gpu)
+        final = report_path(reports, t.id, gpu)
+        private = Path(tempfile.mkdtemp(prefix="gpuforge-run-")) if on_report else None  # 0700, this process's
+        rpath = report_path(private, t.id, gpu) if private else final
+        rpath.parent.mkdir(parents=True, exist_ok=True)
         args = ["--gpuforge-image", rec["image_id"], "--gpuforge-target", str(out / "target.json"),
                 "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml")),
                 "-o", f"junit_suite_name={t.id}"]
@@ -91,15 +111,24 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
         rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
         if not rpath.exists():
+            if private:
+                shutil.rmtree(private, ignore_errors=True)
             failed.append(t.id)
             print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
             continue
         md = report.finish(rpath, required=required, gpu=gpu)
         rep = report.load(rpath)
         sbom = rep.get("facts", {}).get("sbom")
-        if sbom:  # the image's package manifest, bound to the image id like the report
-            (out / "sbom.json").write_text(json.dumps({"target": t.id, "image_id": rec["image_id"], **sbom},
-                                                      indent=2, sort_keys=True) + "\n")
+        inventory = {"target": t.id, "image_id": rec["image_id"], **sbom} if sbom else None
+        if private:
+            try:
+                on_report(t, rep, inventory)  # signs; a refusal still leaves the reports below for reading
+            finally:
+                _publish(rpath, final)
+                shutil.rmtree(private, ignore_errors=True)
+        rpath = final
+        if inventory:  # the image's package manifest, bound to the image id like the report
+            (out / "sbom.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
             cyclonedx.write(out / "sbom.cdx.json", target_id=t.id, image_id=rec["image_id"], os_name=t.os, inventory=sbom)
         print(md)
         # the report's digest: promote refuses a report file changed after this point
