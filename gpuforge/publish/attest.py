@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
-from gpuforge.publish.registry import Registry, auth_file, insecure
+from gpuforge.publish.registry import Registry, auth_file, denied, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
 INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"
@@ -88,7 +88,14 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
             f"--tlog-upload={'true' if _tlog() else 'false'}", *(["--key", key] if key else []), ref]
     r = _cosign(args, host, "attest")
     if r.returncode != 0:
-        msg = f"cosign attest {ref} failed: {(r.stderr or r.stdout).strip().splitlines()[-1][-300:]}"
+        text = (r.stderr or r.stdout).strip()
+        if "connection refused" in text:
+            msg = f"cannot reach registry {host} to sign {ref}"
+        elif denied(text):
+            msg = (f"registry {host} refused the credentials for signing {ref} (the account needs push; set "
+                   "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
+        else:
+            msg = f"cosign attest {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
         raise RegistryError(msg)
 
 

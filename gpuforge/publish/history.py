@@ -6,6 +6,7 @@ sees the same history.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -98,7 +99,7 @@ def load(reg: Registry, repo: str, verifier: attest.Verifier, *, target: str, en
     if mine and mine[0].record.prev is not None:
         h.warnings.append(f"history of {target} in {env} starts at seq {mine[0].record.seq}, after {mine[0].record.prev}, "
                           "which the registry no longer holds")
-    for a, b in zip(mine, mine[1:], strict=False):
+    for a, b in itertools.pairwise(mine):
         if b.record.prev != a.record.ref():
             h.warnings.append(f"history of {target} in {env}: record seq {b.record.seq} follows {b.record.prev}, "
                               f"but the registry's previous record is {a.record.ref()} (a record was removed, or two "

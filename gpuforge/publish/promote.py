@@ -177,6 +177,22 @@ def env_tags(t: Target, tag: str, env: str) -> list[str]:
     return list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
 
 
+def moving_alias(tag: str) -> bool:
+    """`latest`, `latest-dev`, ...: aliases that follow promotions. Every other tag names one image for good."""
+    return tag == "latest" or tag.startswith("latest-")
+
+
+def version_tags_moved(reg: Registry, repo: str, tags: list[str], digest: str) -> dict[str, str]:
+    """The version tags among `tags` that now name another digest (tag -> that digest)."""
+    out = {}
+    for tg in tags:
+        if not moving_alias(tg):
+            held = reg.manifest(repo, tg)
+            if held is not None and held.digest != digest:
+                out[tg] = held.digest
+    return out
+
+
 def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
     """Prod needs GPU evidence unless --allow-no-gpu says otherwise, out loud."""
     if require_gpu and allow_no_gpu:
@@ -211,15 +227,13 @@ def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     ev = judge(f"{host}/{repo}@{digest}", image_id, verifier, require_gpu=require_gpu, who=t.id)
     tags = env_tags(t, tag, env)
-    held = reg.manifest(repo, tags[0])
-    replaced = []
-    if held is not None and held.digest != digest:
-        if not replace:
-            _refuse(t.id, f"version tag {repo}:{tags[0]} points at {held.digest}; version tags are immutable: pass "
-                          "--replace to move it to this digest (recorded in the promotion record)")
-        replaced.append(tags[0])
+    replaced = version_tags_moved(reg, repo, tags, digest)
+    if replaced and not replace:
+        _refuse(t.id, f"version tag(s) {', '.join(f'{repo}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
+                      "name another digest; version tags are immutable: pass --replace to move them to this digest "
+                      "(recorded in the promotion record)")
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
-    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, replaced=replaced,
+    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, replaced=list(replaced),
                           allow_no_gpu=env == "prod" and not require_gpu, evidence=ev)
     return mv, hist
 

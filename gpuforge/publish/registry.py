@@ -31,6 +31,11 @@ _DENIED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b|in
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connection reset|no route to host", re.I)
 
 
+def denied(text: str) -> bool:
+    """Whether a registry client's error text is a refusal of the credentials."""
+    return bool(_DENIED.search(text))
+
+
 def credentials(registry: str) -> tuple[str, str] | None:
     """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
     user, pw = os.environ.get("GPUFORGE_REGISTRY_USER"), os.environ.get("GPUFORGE_REGISTRY_PASSWORD")

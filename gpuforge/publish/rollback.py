@@ -74,7 +74,8 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
     ev = promote.judge(f"{host}/{repo}@{digest}", str(m.config_digest), verifier, require_gpu=require_gpu,
                        check_validator_set=False, who=t.id)  # evidence made by the validators of its time
     mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, kind="rollback",
-                          replaced=[tags[0]] if current and current != digest else [], allow_no_gpu=not require_gpu and env == "prod",
+                          replaced=list(promote.version_tags_moved(reg, repo, tags, digest)),
+                          allow_no_gpu=not require_gpu and env == "prod",
                           evidence=ev, rollback_to_seq=target_rec.seq)
     res = transaction.execute(mv, hist, sign_key=sign_key, reports=reports)
     res["seconds"] = round(time.monotonic() - t0, 2)
