@@ -340,7 +340,8 @@ def test_promoting_twice_changes_nothing(pushed, creds, cosign_keys):
 def test_prod_without_gpu_evidence_is_refused_by_default(pushed, creds, cosign_keys, tmp_path, restore_record):
     """No GPUFORGE_PROD_REQUIRE_GPU, no --require-gpu: prod still needs signed GPU evidence; --allow-no-gpu is
     the explicit way round it, printed as a warning and kept in the signed promotion record."""
-    tr, res = _repo_copy(pushed, "gpuforge/nogpu")
+    tr, res = _repo_copy(pushed, "gpuforge/nogpu", evidence_too=False)
+    _sign(tr, res["digest"], res["report"], cosign_keys)  # the run's own (non-GPU) report, and nothing else
     m = _matrix(tmp_path, tr.registry, "gpuforge/nogpu")
     r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 0, r.stderr[-2000:]
