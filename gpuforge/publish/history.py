@@ -83,6 +83,8 @@ def all_records(reg: Registry, repo: str, verifier: attest.Verifier) -> tuple[li
                 warnings.append(f"a signed promotion statement on {digest[:19]} is not a {promotions.SCHEMA} record; ignored")
             elif rec.digest != digest:
                 warnings.append(f"promotion record {rec.id[:12]} names {rec.digest[:19]} but is attached to {digest[:19]}; ignored")
+            elif rec.repository != f"{reg.host}/{repo}":
+                continue  # copied here with the digest's attestations: another repository's history
             else:
                 entries.append(Entry(rec, s.layer))
     return entries, warnings
