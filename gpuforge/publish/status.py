@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuforge.errors import PromotionRefused
+from gpuforge.errors import ConfigError
 from gpuforge.plan.matrix import Target
 from gpuforge.publish import attest, history
 from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary, ref_for, split_ref
@@ -23,7 +23,7 @@ def _verifier(key: str | None) -> attest.Verifier:
     if v is None:
         msg = ("status and history read signed records: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER")
-        raise PromotionRefused(msg)
+        raise ConfigError(msg)
     return v
 
 
