@@ -82,15 +82,8 @@ def push(session: nox.Session) -> None:
 
 
 @nox.session(python=PY)
-def attest(session: nox.Session) -> None:
-    """Sign green reports onto the pushed digests with cosign: `nox -s attest -- TARGET [--gpu]`."""
-    _install(session)
-    session.run("gpuforge", "attest", *session.posargs)
-
-
-@nox.session(python=PY)
 def promote(session: nox.Session) -> None:
-    """Promote validated digests: `nox -s promote -- --to dev`."""
+    """Promote validated digests: `nox -s promote -- --to dev` (evidence: `nox -s validate -- --attest`)."""
     _install(session)
     session.run("gpuforge", "promote", *session.posargs)
 

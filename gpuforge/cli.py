@@ -153,6 +153,11 @@ def cmd_validate(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     gpu_request = _gpu_request(args) if o.gpu else None
+    if args.attest:  # sign in this process, from this run's results, onto the pushed digest
+        from gpuforge.publish import signed_run
+
+        return signed_run.validate_and_attest(targets, reports=Path(o.reports), key=o.signing_key, registry=o.registry,
+                                              pytest_args=o.pytest_args, gpu=o.gpu, gpu_request=gpu_request)
     return validate.validate_targets(targets, reports=Path(o.reports), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request)
 
@@ -184,7 +189,7 @@ def cmd_push(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.push_targets(targets, registry=options.for_args(args).registry)
+    promote.push_targets(targets, registry=options.for_args(args).registry, replace=args.replace)
     return 0
 
 
@@ -194,7 +199,46 @@ def cmd_promote(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     promote.promote_targets(targets, env=o.to, reports=Path(o.reports), registry=o.registry,
-                            require_gpu=o.require_gpu or (o.to == "prod" and o.prod_require_gpu), key=o.verify_key)
+                            require_gpu=o.require_gpu, allow_no_gpu=args.allow_no_gpu, replace=args.replace,
+                            key=o.verify_key, sign_key=_record_signing_key(o))
+    return 0
+
+
+def _one_target(args):
+    m, targets = _targets(args)
+    if len(targets) != 1:
+        msg = f"{args.cmd}: select exactly one target ({len(targets)} matched: {', '.join(t.id for t in targets[:5])})"
+        raise ConfigError(msg)
+    return targets[0]
+
+
+def cmd_status(args) -> int:
+    from gpuforge.publish import status
+
+    m, targets = _targets(args)
+    o = options.for_args(args)
+    return status.status(targets, env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+
+
+def cmd_history(args) -> int:
+    from gpuforge.publish import status
+
+    o = options.for_args(args)
+    return status.show_history(_one_target(args), env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+
+
+def cmd_rollback(args) -> int:
+    from gpuforge.publish import rollback
+
+    o = options.for_args(args)
+    rollback.rollback(_one_target(args), env=args.env, to=args.to, steps=args.steps, registry=o.registry,
+                      key=o.verify_key, sign_key=_record_signing_key(o), allow_no_gpu=args.allow_no_gpu,
+                      reports=Path(o.reports))
+
+
+def _record_signing_key(o) -> str | None:
+    """Promotion records are signed with --sign-key, else the signing_key setting (GPUFORGE_COSIGN_KEY)."""
+    return o.record_signing_key or options.setting("signing_key")
     return 0
 
 
@@ -308,13 +352,22 @@ def parser() -> argparse.ArgumentParser:
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
     add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
     add("build", cmd_build, "build images with BuildKit (buildx when present)")
-    add("validate", cmd_validate, "run the validators against built targets")
+    p = add("validate", cmd_validate, "run the validators against built targets")
+    p.add_argument("--attest", action="store_true",
+                   help="sign this run's result (green or not) onto the pushed digest with cosign, in this process; "
+                        "push first. The only way evidence is signed")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
-    add("push", cmd_push, "push built targets and record their digests")
-    add("promote", cmd_promote, "promote validated digests to dev or prod")
-    add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
+    p = add("push", cmd_push, "push built targets and record their digests")
+    p.add_argument("--replace", action="store_true",
+                   help="move the build tag when it already names another image (recorded in the build record)")
+    p = add("promote", cmd_promote, "promote validated digests to dev or prod")
+    p.add_argument("--allow-no-gpu", action="store_true",
+                   help="prod without signed GPU evidence: a warning, recorded in the promotion record and history")
+    p.add_argument("--replace", action="store_true",
+                   help="move the environment's version tag (<tag>-dev/-prod) off another digest (recorded)")
+    add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)")
     p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
             "exit 9 when red (docs/cve.md)", selectors=False)
     p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
@@ -342,6 +395,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
     p.add_argument("--sign-key", help="cosign private key for --attest (default: the signing_key setting, GPUFORGE_COSIGN_KEY)")
     add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
+    p = add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
+    p.add_argument("--env", choices=("dev", "prod"), help="one environment (default: both)")
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p = add("history", cmd_history, "the promotions of TARGET in one environment, in order, from the registry")
+    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p = add("rollback", cmd_rollback, "point an environment's tags back at a digest promoted there before "
+            "(evidence re-verified; no rebuild, no layer pull)")
+    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
+    p.add_argument("--to", help="the digest to restore (must have been promoted to this environment)")
+    p.add_argument("--steps", type=int, help="how many promoted digests back (default 1)")
+    p.add_argument("--allow-no-gpu", action="store_true", help="prod: restore a digest without GPU evidence (recorded)")
     return ap
 
 

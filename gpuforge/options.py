@@ -180,7 +180,8 @@ class Setting:
 _BUILD, _GPU = ("build",), ("validate", "smoke")
 _REGISTRY_CMDS = ("push", "promote", "attest")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
-_REPORTS = ("validate", "smoke", "promote", "attest")
+_REPORTS = ("validate", "smoke", "promote", "attest", "rollback")
+_REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
 
 TABLE: tuple[Setting, ...] = (
     # global
@@ -243,18 +244,20 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
             help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
     # push / attest / promote
-    Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "cve-gate", *_FLEET_READS), env="GPUFORGE_REGISTRY",
+    Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "validate", "cve-gate", *_FLEET_READS, *_REGISTRY_READS),
+            env="GPUFORGE_REGISTRY",
             check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
     Setting(name="to", flag="--to", commands=("promote",), required=True, choices=("dev", "prod"),
             what="a promotion environment", help="the environment to promote to"),
     Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,
-            help="also require a GPU-validated report"),
-    Setting(name="prod_require_gpu", commands=("promote",), env="GPUFORGE_PROD_REQUIRE_GPU", default=False, check=_bool,
-            help="promotion to prod always requires a GPU-validated report"),
-    Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS), env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
+            help="also require signed GPU evidence (prod always does, unless --allow-no-gpu)"),
+    Setting(name="record_signing_key", flag="--sign-key", commands=("promote", "rollback"), check=_cosign_key,
+            help="cosign private key that signs the promotion records (default: the signing_key setting)"),
+    Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS, *_REGISTRY_READS),
+            env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
-    Setting(name="signing_key", flag="--key", commands=("attest", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
+    Setting(name="signing_key", flag="--key", commands=("attest", "validate", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key (password in COSIGN_PASSWORD); none: keyless (OIDC)"),
     Setting(name="cosign_identity", commands=("promote",), env="GPUFORGE_COSIGN_IDENTITY", check=_text,
             help="keyless verification: the signer's certificate identity"),

@@ -1,8 +1,9 @@
 """Signed validation evidence on the registry, through cosign (Debian trixie's 2.5).
 
-`attest` attaches a green report (and the image's inventory) to the pushed image digest as in-toto
-attestations; `verified_predicates` reads them back with `cosign verify-attestation`, so promotion
-(and any consumer) judges the signed statement on the registry, not a local file.
+`attest_data` attaches an in-memory statement (a validation run's result, the image's inventory, a
+promotion record) to a pushed image digest as an in-toto attestation; `verified_statements` reads them
+back with `cosign verify-attestation`, in registry order (the order cosign appended them), so promotion
+(and any consumer) judges signed statements on the registry, never a local file.
 
 Signing: a key pair (`--key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification: the
@@ -14,20 +15,23 @@ GPUFORGE_COSIGN_ISSUER). GPUFORGE_COSIGN_TLOG=1 uploads to / checks the Rekor tr
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge import options
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import auth_file, insecure
+from gpuforge.publish.registry import Registry, auth_file, denied, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
 INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"
+PROMOTION_TYPE = "https://gpuforge.dev/attestations/promotion/v1"
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,51 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
             f"--tlog-upload={'true' if _tlog() else 'false'}", *(["--key", key] if key else []), ref]
     r = _cosign(args, host, "attest")
     if r.returncode != 0:
-        msg = f"cosign attest {ref} failed: {(r.stderr or r.stdout).strip().splitlines()[-1][-300:]}"
+        text = (r.stderr or r.stdout).strip()
+        if "connection refused" in text:
+            msg = f"cannot reach registry {host} to sign {ref}"
+        elif denied(text):
+            msg = (f"registry {host} refused the credentials for signing {ref} (the account needs push; set "
+                   "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
+        else:
+            msg = f"cosign attest {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
         raise RegistryError(msg)
 
 
-def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
-    """The predicates of every attestation of `type_uri` on `ref` whose signature verifies and whose
-    subject is exactly this digest; [] when there is none."""
+def attest_data(ref: str, data: dict, type_uri: str, *, key: str | None) -> None:
+    """Sign an in-memory predicate: it goes to cosign through a private temporary file (mode 0600 in a
+    0700 folder this process made), never through a path a user edits."""
+    with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
+        p = Path(d) / "predicate.json"
+        p.touch(mode=0o600)
+        p.write_text(json.dumps(data, sort_keys=True))
+        attest(ref, p, type_uri, key=key)
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One verified attestation: its predicate, and where it sits in the registry's attestation manifest
+    (cosign appends each new attestation as the last layer of `sha256-<digest>.att`: registry order)."""
+
+    predicate: dict
+    layer: str  # sha256 of the DSSE envelope (the layer digest)
+    index: int  # position in the .att manifest; larger is newer
+
+
+def _att_layers(ref: str) -> list[str]:
+    """The layer digests of the digest's attestation manifest, in registry order ([] when there is none)."""
+    parsed = ImageRef.parse(ref)
+    host, repo, digest = parsed.registry, parsed.repository, parsed.digest
+    m = Registry(host).manifest(repo, "sha256-" + digest.split(":", 1)[1] + ".att")
+    if m is None:
+        return []
+    return [layer.get("digest") for layer in json.loads(m.body).get("layers", [])]
+
+
+def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Signed]:
+    """Every attestation of `type_uri` on `ref` whose signature verifies and whose subject is exactly
+    this digest, oldest first in registry order; [] when there is none. Nothing inside a predicate
+    orders them (a signer's field is not a clock)."""
     parsed = ImageRef.parse(ref)
     host, digest = parsed.registry, parsed.digest
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
@@ -106,10 +148,12 @@ def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dic
             raise RegistryError(msg)
         msg = f"attestations on {ref} do not verify: {text.strip().splitlines()[-1][-300:]}"
         raise PromotionRefused(msg)
+    order = {d: i for i, d in enumerate(_att_layers(ref))}
     out = []
     for line in r.stdout.splitlines():
         if not line.strip().startswith("{"):
             continue
+        layer = "sha256:" + hashlib.sha256(line.encode()).hexdigest()  # cosign prints the envelope's bytes
         env = json.loads(line)
         stmt = json.loads(base64.b64decode(env["payload"]))
         if stmt.get("predicateType") != type_uri:
@@ -117,11 +161,21 @@ def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dic
         if not any(s.get("digest", {}).get("sha256") == digest.split(":", 1)[1] for s in stmt.get("subject", [])):
             continue  # signed, but about other bytes
         pred = stmt.get("predicate")
-        # cosign --type URI wraps non-standard predicates as {"Data": "<file text>", "Timestamp": ...}
+        # cosign --type URI may wrap non-standard predicates as {"Data": "<file text>", "Timestamp": ...}
         if isinstance(pred, dict) and "Data" in pred and isinstance(pred["Data"], str):
             try:
                 pred = json.loads(pred["Data"])
             except json.JSONDecodeError:
                 continue
-        out.append(pred)
-    return out
+        if not isinstance(pred, dict):
+            continue
+        if layer not in order:  # verified, yet not a layer of the manifest just read: a concurrent rewrite
+            msg = f"the attestations on {ref} changed while being read; retry"
+            raise RegistryError(msg)
+        out.append(Signed(predicate=pred, layer=layer, index=order[layer]))
+    return sorted(out, key=lambda s: s.index)
+
+
+def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
+    """The verified predicates of `type_uri` on `ref`, oldest first in registry order."""
+    return [s.predicate for s in verified_statements(ref, type_uri, verifier)]

@@ -1,33 +1,37 @@
-"""Push built targets; attach signed validation evidence; promote exactly the validated bytes, by
-digest, from the build tag to dev and prod (skopeo copies by digest).
+"""Push built targets; promote exactly the validated bytes, by digest, from the build tag to dev and
+prod (skopeo copies by digest), as a recorded transaction (gpuforge.publish.transaction).
 
 A promotion is planned for every selected target before any tag is written. It is refused (and no
 tag moves) unless:
-  - the target was pushed, and its local report is complete evidence (gpuforge.validate.evidence: every
-    required check ran and passed, not partial), made by this validator set, for the pushed image,
-    and unchanged since validation (its digest is in the build record);
-  - the registry holds a cosign attestation of that report on that digest, signed by the expected key
-    or identity, whose predicate is the same report (prod with --require-gpu: a GPU one too);
-  - the registry still holds that digest and the build tag still points at it; for prod, the dev tag does.
+  - the target was pushed, the registry still holds that digest, and the build tag still points at it;
+    for prod, the dev tag does;
+  - the registry holds validation statements on that digest signed by the expected key or identity
+    (made by `gpuforge validate --attest`, in the validating run), and the NEWEST of them in registry
+    order is complete evidence for this image (gpuforge.validate.evidence), made by this validator set:
+    a red statement newer than a green one blocks. Nothing local (reports/, builds.json's report
+    digests) is read: a checkout edit cannot stand in for a signed run;
+  - prod: the newest signed GPU validation statement is green too, unless --allow-no-gpu (a warning,
+    recorded in the promotion record and history);
+  - the environment's version tag (`<tag>-dev`, `<tag>-prod`) is absent or already at this digest, or
+    --replace (recorded) is given. Moving aliases (`latest`, `latest-dev`) follow promotions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-from dataclasses import dataclass
+import sys
 from pathlib import Path
 
 import docker.errors
 
-from gpuforge import options
 from gpuforge.engine import client as engine
-from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import attest, prod
-from gpuforge.publish.registry import Manifest, Registry, credentials
+from gpuforge.publish import attest, history, prod, transaction
+from gpuforge.publish.registry import Registry, credentials
 from gpuforge.state import records
-from gpuforge.validate import evidence, report
+from gpuforge.state.promotions import Evidence, PromotionRecord
+from gpuforge.validate import evidence
 
 
 def ref_for(t: Target, registry: str | None) -> ImageRef:
@@ -35,7 +39,7 @@ def ref_for(t: Target, registry: str | None) -> ImageRef:
     return t.ref.on(registry) if registry else t.ref
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None) -> list[dict]:
+def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False) -> list[dict]:
     c = engine.client()
     out = []
     for t in targets:
@@ -47,6 +51,15 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
+        held = Registry(host).manifest(repo, tag)
+        replaced = None
+        if held is not None and held.config_digest != rec["image_id"]:
+            if not replace:  # the build tag is a version tag: it names one image
+                msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest)[:19]}), not "
+                       f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
+                raise PromotionRefused(msg)
+            replaced = {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+            print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
         img.tag(ref.name, tag)
         creds = credentials(host)
         auth = {"username": creds[0], "password": creds[1]} if creds else None
@@ -68,158 +81,199 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
         if m is None or m.config_digest != rec["image_id"]:
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
-        records.update(t.id, digest=digest, pushed_ref=str(ref))
+        records.update(t.id, digest=digest, pushed_ref=str(ref),
+                       **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
         print(f"gpuforge: pushed {ref}@{digest}", flush=True)
         out.append({"target": t.id, "ref": str(ref), "digest": digest})
     return out
 
 
-@dataclass
-class _Plan:
-    target: Target
-    reg: Registry
-    repo: str
-    manifest: Manifest
-    tags: list[str]
-    report: str
-
-
-def _refuse(t: Target, why: str) -> None:
-    msg = f"{t.id}: promotion refused: {why}; no tag was changed"
+def _refuse(t_id: str, why: str) -> None:
+    msg = f"{t_id}: promotion refused: {why}; no tag was changed"
     raise PromotionRefused(msg)
 
 
-def _local_report(t: Target, path: Path, image_id: str, what: str, *, gpu: bool, recorded: str | None) -> dict:
-    """The local report, judged before anything on the registry is read (clear, early refusals)."""
-    if not path.exists():
-        _refuse(t, f"no {what} report at {path} (run `gpuforge validate{' --gpu' if gpu else ''} {t.id}`)")
-    rep = report.load(path)
-    probs = evidence.problems(rep, require_gpu=gpu)
-    if probs:
-        _refuse(t, f"the {what} report {path} is not evidence: {'; '.join(probs)}")
-    if recorded != evidence.digest_of(rep):
-        _refuse(t, f"the {what} report {path} was changed after validation (its digest is not the one "
-                   f"`gpuforge validate` recorded); re-run validation")
-    _same_run(t, rep, image_id, what)
-    return rep
+def _is_gpu_run(pred: dict) -> bool:
+    return bool(pred.get("gpu")) and bool((pred.get("evidence") or {}).get("gpu_required"))
 
 
-def _same_run(t: Target, rep: dict, image_id: str, what: str) -> None:
-    ev = rep["evidence"]
-    if ev.get("image_id") != image_id:
-        _refuse(t, f"the {what} report is for image {str(ev.get('image_id'))[:19]}, not the pushed image {image_id[:19]}")
-    if ev.get("validator_set") != evidence.validator_set_hash():
-        _refuse(t, f"the {what} report was made by another validator set ({str(ev.get('validator_set'))[:19]}, "
-                   f"this checkout has {evidence.validator_set_hash()[:19]}); re-run validation")
+def gpu_summary(pred: dict) -> tuple[str | None, str | None]:
+    """(GPU model, driver) as the signed run saw them."""
+    facts = pred.get("facts") or {}
+    gpus = facts.get("gpus") or (facts.get("driver") or {}).get("gpus") or []
+    model = ", ".join(sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})) or None
+    driver = (facts.get("driver") or {}).get("driver") if isinstance(facts.get("driver"), dict) else None
+    return model, driver
 
 
-def _signed_report(t: Target, ref: str, local: dict, image_id: str, what: str, verifier, *, gpu: bool) -> None:
-    """The newest signed validation predicate of this kind on the digest must be this very report."""
-    preds = [p for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
-             if isinstance(p, dict) and bool(p.get("gpu")) == gpu]
-    if not preds:
-        _refuse(t, f"{ref} carries no signed {what} attestation that verifies "
-                   f"(run `gpuforge attest{' --gpu' if gpu else ''} {t.id}` after a green run)")
-    newest = max(preds, key=lambda p: p.get("started", 0))
-    probs = evidence.problems(newest, require_gpu=gpu)
-    if probs:
-        _refuse(t, f"the signed {what} attestation on {ref} is not evidence: {'; '.join(probs)}")
-    _same_run(t, newest, image_id, f"signed {what}")
-    if evidence.digest_of(newest) != evidence.digest_of(local):
-        _refuse(t, f"the local {what} report differs from the signed one on the registry (hand-edited?)")
+def _when(pred: dict) -> str | None:
+    run = pred.get("run") or {}
+    if run.get("signed_at"):
+        return str(run["signed_at"])
+    started = pred.get("started")
+    if isinstance(started, int | float):
+        return dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
+    return None
 
 
-def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gpu: bool, verifier) -> _Plan:
+def judge(ref: str, image_id: str, verifier: attest.Verifier, *, require_gpu: bool, check_validator_set: bool = True,
+          who: str) -> Evidence:
+    """The signed validation statements on `ref` (host/repo@digest), judged in registry order: the newest
+    decides (a red one newer than a green one blocks); under `require_gpu` the newest GPU one too.
+    Raises PromotionRefused naming the reason. Returns the evidence relied on."""
+    signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
+    if not signed:
+        _refuse(who, f"{ref} carries no signed validation attestation that verifies (sign in the validating run: "
+                     f"`gpuforge validate --attest --key KEY {who}` after `gpuforge push`)")
+
+    def check(s: attest.Signed, what: str, gpu: bool) -> None:
+        p = s.predicate
+        n_green_before = sum(not evidence.problems(o.predicate) for o in signed if o.index < s.index)
+        where = f"the newest signed {what} statement on {ref} (layer {s.index + 1} of the attestations"
+        where += f", newer than {n_green_before} green one(s))" if n_green_before else ")"
+        if not isinstance(p.get("run"), dict) or not p["run"].get("signed_in_run"):
+            _refuse(who, f"{where} was not signed by the validating run (a report file signed after the fact); "
+                         "re-validate with `gpuforge validate --attest`")
+        probs = evidence.problems(p, require_gpu=gpu)
+        if probs:
+            _refuse(who, f"{where} is not evidence: {'; '.join(probs)}")
+        ev = p.get("evidence") or {}
+        if ev.get("image_id") != image_id:
+            _refuse(who, f"{where} is for image {str(ev.get('image_id'))[:19]}, not {image_id[:19]}")
+        if check_validator_set and ev.get("validator_set") != evidence.validator_set_hash():
+            _refuse(who, f"{where} was made by another validator set ({str(ev.get('validator_set'))[:19]}, this "
+                         f"checkout has {evidence.validator_set_hash()[:19]}); re-run validation")
+
+    newest = signed[-1]
+    check(newest, "validation", _is_gpu_run(newest.predicate) and require_gpu)
+    gpu_layer = model = driver = None
+    if require_gpu:
+        gpu_runs = [s for s in signed if _is_gpu_run(s.predicate)]
+        if not gpu_runs:
+            _refuse(who, f"{ref} carries no signed GPU validation (prod requires GPU evidence: run "
+                         f"`gpuforge validate --gpu --attest` on a GPU runner, or pass --allow-no-gpu to promote without it)")
+        check(gpu_runs[-1], "GPU validation", True)
+        gpu_layer = gpu_runs[-1].layer
+        model, driver = gpu_summary(gpu_runs[-1].predicate)
+    elif _is_gpu_run(newest.predicate):
+        model, driver = gpu_summary(newest.predicate)
+    return Evidence(validation=newest.layer, green=True, gpu=gpu_layer, gpu_model=model, driver=driver,
+                    validated_at=_when(newest.predicate),
+                    validator_set=(newest.predicate.get("evidence") or {}).get("validator_set"))
+
+
+def env_tags(t: Target, tag: str, env: str) -> list[str]:
+    """The environment's version tag first, then its moving aliases."""
+    return list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
+
+
+def moving_alias(tag: str) -> bool:
+    """`latest`, `latest-dev`, ...: aliases that follow promotions. Every other tag names one image for good."""
+    return tag == "latest" or tag.startswith("latest-")
+
+
+def version_tags_moved(reg: Registry, repo: str, tags: list[str], digest: str) -> dict[str, str]:
+    """The version tags among `tags` that now name another digest (tag -> that digest)."""
+    out = {}
+    for tg in tags:
+        if not moving_alias(tg):
+            held = reg.manifest(repo, tg)
+            if held is not None and held.digest != digest:
+                out[tg] = held.digest
+    return out
+
+
+def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
+    """Prod needs GPU evidence unless --allow-no-gpu says otherwise, out loud."""
+    if require_gpu and allow_no_gpu:
+        msg = "--require-gpu and --allow-no-gpu contradict each other"
+        raise ConfigError(msg)
+    return require_gpu or (env == "prod" and not allow_no_gpu)
+
+
+def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow_no_gpu: bool, replace: bool,
+          verifier) -> tuple[transaction.Move, history.History]:
     rec = records.require(t.id)
     if not rec.get("digest"):
-        _refuse(t, f"it was never pushed (run `gpuforge push {t.id}`)")
+        _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
     image_id, digest = rec["image_id"], rec["digest"]
-    rpath = reports / t.id / "report.json"
-    kinds = [(rpath, "validation", False, rec.get("report_digest"))]
-    if require_gpu:
-        kinds.append((reports / t.id / "report-gpu.json", "GPU validation", True, rec.get("gpu_report_digest")))
-    locals_ = [(_local_report(t, p, image_id, what, gpu=g, recorded=d), what, g) for p, what, g, d in kinds]
     ref = ref_for(t, registry)
     host, repo, tag = ref.registry, ref.repository, ref.tag
     reg = Registry(host)
     m = reg.manifest(repo, digest)
     if m is None:
-        _refuse(t, f"the registry has no manifest {digest}")
+        _refuse(t.id, f"the registry has no manifest {digest}")
     if m.config_digest != image_id:
-        _refuse(t, f"{digest} holds image {m.config_digest}, not the validated {image_id[:19]}")
+        _refuse(t.id, f"{digest} holds image {m.config_digest}, not the validated {image_id[:19]}")
     current = reg.manifest(repo, tag)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
-        _refuse(t, f"{repo}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
+        _refuse(t.id, f"{repo}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
     if env == "prod":
         dev = reg.manifest(repo, f"{tag}-dev")
         if dev is None or dev.digest != digest:
-            _refuse(t, f"{repo}:{tag}-dev does not point to {digest}; promote to dev first")
+            _refuse(t.id, f"{repo}:{tag}-dev does not point to {digest}; promote to dev first")
     if verifier is None:
-        _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
-                   "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
-    for rep, what, g in locals_:
-        _signed_report(t, str(ImageRef(host, repo, digest=digest)), rep, image_id, what, verifier, gpu=g)
+        _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
+                      "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
+    ev = judge(str(ImageRef(host, repo, digest=digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
         prod.check(t, ref=str(ImageRef(host, repo, digest=digest)), record=rec, verifier=verifier)
-    tags = list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
-    return _Plan(target=t, reg=reg, repo=repo, manifest=m, tags=tags, report=str(rpath))
+    tags = env_tags(t, tag, env)
+    replaced = version_tags_moved(reg, repo, tags, digest)
+    if replaced and not replace:
+        _refuse(t.id, f"version tag(s) {', '.join(f'{repo}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
+                      "name another digest; version tags are immutable: pass --replace to move them to this digest "
+                      "(recorded in the promotion record)")
+    hist = history.load(reg, repo, verifier, target=t.id, env=env)
+    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, replaced=list(replaced),
+                          allow_no_gpu=env == "prod" and not require_gpu, evidence=ev)
+    return mv, hist
 
 
-def promote_targets(targets: list[Target], *, env: str, reports: Path, registry: str | None = None,
-                    require_gpu: bool = False, key: str | None = None) -> list[dict]:
-    require_gpu = require_gpu or (env == "prod" and options.setting("prod_require_gpu"))
+def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
+    """An interrupted intent is completed only if its evidence still holds (a red run may have come since)."""
+    m = reg.manifest(repo, rec.digest)
+    if m is None:
+        _refuse(rec.target, f"the registry has no manifest {rec.digest}")
+    judge(f"{reg.host}/{repo}@{rec.digest}", str(m.config_digest), verifier,
+          require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
+
+
+def resume(t: Target, *, env: str, registry: str | None, verifier, sign_key: str | None,
+           reports: Path | None) -> PromotionRecord | None:
+    """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
+    if verifier is None:
+        return None  # the plan refuses with the reason
+    pushed = ref_for(t, registry)
+    host, repo = pushed.registry, pushed.repository
+    reg = Registry(host)
+    hist = history.load(reg, repo, verifier, target=t.id, env=env)
+    return transaction.complete_interrupted(hist, reg, repo, sign_key=sign_key, reports=reports,
+                                            judge=lambda rec: rejudge(reg, repo, verifier, rec))
+
+
+def promote_targets(targets: list[Target], *, env: str, reports: Path | None = None, registry: str | None = None,
+                    require_gpu: bool = False, allow_no_gpu: bool = False, replace: bool = False,
+                    key: str | None = None, sign_key: str | None = None) -> list[dict]:
+    require_gpu = gpu_rule(env, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu)
     verifier = attest.Verifier.from_env(key)
-    plans = [plan(t, env=env, reports=reports, registry=registry, require_gpu=require_gpu, verifier=verifier)
-             for t in targets]
+    for t in targets:
+        resume(t, env=env, registry=registry, verifier=verifier, sign_key=sign_key, reports=reports)
+    plans = [_plan(t, env=env, registry=registry, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu,
+                   replace=replace, verifier=verifier) for t in targets]
     results = []
-    for p in plans:
-        moved, unchanged = [], []
-        for tag in p.tags:
-            cur = p.reg.manifest(p.repo, tag)
-            if cur and cur.digest == p.manifest.digest:
-                unchanged.append(tag)
-                continue
-            p.reg.copy(p.repo, p.manifest.digest, tag)
-            got = p.reg.manifest(p.repo, tag)
-            if got is None or got.digest != p.manifest.digest:
-                msg = f"{p.repo}:{tag}: registry holds {got.digest if got else 'nothing'}, expected {p.manifest.digest}"
-                raise RegistryError(msg)
-            moved.append(tag)
-        res = {"target": p.target.id, "env": env, "digest": p.manifest.digest, "repository": f"{p.reg.host}/{p.repo}",
-               "moved": moved, "unchanged": unchanged, "report": p.report,
-               "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-        out = reports / p.target.id / f"promotion-{env}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2) + "\n")
-        print(f"gpuforge: {p.target.id} -> {env}: {p.manifest.digest}: moved {moved or 'nothing'}, unchanged {unchanged or 'none'}")
-        results.append(res)
+    for mv, hist in plans:
+        if mv.allow_no_gpu:
+            print(f"gpuforge: WARNING: {mv.target} -> prod WITHOUT GPU evidence (--allow-no-gpu); this is recorded "
+                  "in the promotion record and history", file=sys.stderr, flush=True)
+        results.append(transaction.execute(mv, hist, sign_key=sign_key, reports=reports))
     return results
 
 
-def attest_targets(targets: list[Target], *, reports: Path, registry: str | None = None, gpu: bool = False,
-                   key: str | None = None) -> list[dict]:
-    """Sign the green report (and the inventory) of each pushed target onto its registry digest."""
-    out = []
-    for t in targets:
-        rec = records.require(t.id)
-        if not rec.get("digest"):
-            msg = f"{t.id}: nothing to attest: it was never pushed (run `gpuforge push {t.id}`)"
-            raise PromotionRefused(msg)
-        what = "GPU validation" if gpu else "validation"
-        rpath = reports / t.id / ("report-gpu.json" if gpu else "report.json")
-        _local_report(t, rpath, rec["image_id"], what, gpu=gpu, recorded=rec.get("gpu_report_digest" if gpu else "report_digest"))
-        pushed = ref_for(t, registry)
-        host, repo = pushed.registry, pushed.repository
-        m = Registry(host).manifest(repo, rec["digest"])
-        if m is None or m.config_digest != rec["image_id"]:
-            msg = f"{t.id}: the registry's {rec['digest']} is not the validated image {rec['image_id'][:19]}"
-            raise RegistryError(msg)
-        ref = str(ImageRef(host, repo, digest=rec["digest"]))
-        attest.attest(ref, rpath, attest.VALIDATION_TYPE, key=key)
-        for name, kind in (("sbom.json", attest.INVENTORY_TYPE), ("sbom.cdx.json", "cyclonedx")):
-            if not gpu and (reports / t.id / name).exists():  # the inventory, and its CycloneDX form
-                attest.attest(ref, reports / t.id / name, kind, key=key)
-        print(f"gpuforge: attested {what} report of {t.id} on {ref}", flush=True)
-        out.append({"target": t.id, "ref": ref, "report": str(rpath)})
-    return out
+def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
+    """Signing a report file is refused: the file can be edited after the run that made it (#18)."""
+    ids = " ".join(t.id for t in targets)
+    msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "
+           f"validating run signs; run `gpuforge validate --attest --key KEY {ids}` after `gpuforge push`")
+    raise PromotionRefused(msg)

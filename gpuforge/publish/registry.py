@@ -32,6 +32,11 @@ _DENIED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b|in
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connection reset|no route to host", re.I)
 
 
+def denied(text: str) -> bool:
+    """Whether a registry client's error text is a refusal of the credentials."""
+    return bool(_DENIED.search(text))
+
+
 def credentials(registry: str) -> tuple[str, str] | None:
     """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
     user, pw = options.setting("registry_user"), options.setting("registry_password")
@@ -126,6 +131,21 @@ class Registry:
             _fail(r, self.host, f"GET {repo}{sep}{ref}")
         body = r.stdout.encode()
         return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
+
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of `repo` ([] when the repository does not exist)."""
+        with auth_file(self.host) as af:
+            r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
+                        f"docker://{self.host}/{repo}"], f"list tags of {repo}", self.host)
+        if r.returncode != 0:
+            if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
+                return []
+            _fail(r, self.host, f"list tags of {repo}")
+        try:
+            return list(json.loads(r.stdout).get("Tags") or [])
+        except json.JSONDecodeError:
+            msg = f"registry {self.host}: the tag list of {repo} is not JSON"
+            raise RegistryError(msg) from None
 
     def copy(self, repo: str, digest: str, tag: str) -> None:
         """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""

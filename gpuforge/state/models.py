@@ -51,31 +51,4 @@ class BuildsFile(BaseModel):
     builds: dict[str, BuildRecord] = {}
 
 
-class PromotionRecord(BaseModel):
-    """One promotion of a digest to an environment: written as `intent` before the first tag copy and as
-    `done` (or `rolled-back`) after, so an interrupted one names exactly the tags it moved. The promotion
-    logic (publish/) owns when each is written; this is its typed, atomically written home."""
-
-    model_config = _STRICT
-
-    id: str = Field(min_length=1)  # unique per promotion (e.g. run id + target)
-    target: str = Field(min_length=1)
-    env: Literal["dev", "prod"]
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
-    tags_planned: list[str] = []
-    tags_moved: list[str] = []
-    previous: dict[str, str | None] = {}  # tag -> digest it pointed at before (None: it did not exist)
-    state: Literal["intent", "done", "rolled-back"] = "intent"
-    run_id: str = Field(min_length=1)
-    revision: str | None = None
-    gpu_waived: bool = False  # prod promoted without GPU evidence, by an explicit flag
-    time: str = Field(min_length=1)  # ISO 8601 UTC, when this state was written
-
-
-class PromotionsFile(BaseModel):
-    """promotions.json: every promotion this state dir made, oldest first."""
-
-    model_config = _STRICT
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    promotions: list[PromotionRecord] = []
+# Promotion records live in the registry, signed (gpuforge/state/promotions.py), not in the state dir.

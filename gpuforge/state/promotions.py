@@ -1,46 +1,81 @@
-"""The promotion records (intent before the tag copies, done or rolled-back after):
-$GPUFORGE_STATE_DIR/promotions.json, typed by models.PromotionRecord. The promotion logic lives in
-gpuforge/publish/; this module only keeps the records, atomically and under the state dir's lock.
+"""The promotion record: one signed statement per phase of a promotion (or rollback) of one target to one
+environment, kept in the registry as a cosign attestation of type
+https://gpuforge.dev/attestations/promotion/v1 on the promoted digest (gpuforge.publish.history reads them
+back). `intent` is signed before any tag moves (the planned tags and the digest each held); `done` after the
+last copy. An intent with no done of the same id is an interrupted promotion.
+
+Records are read from a registry, so they are untrusted input until their signature verifies and this
+schema accepts them.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+from typing import Literal
 
-from gpuforge.state import store
-from gpuforge.state.models import PromotionRecord, PromotionsFile
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-NAME = "promotions.json"
-FIX = "move it aside and check the registry's tags (`gpuforge status`) before promoting again"
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+SCHEMA = "gpuforge.promotion/1"
+DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
-def load() -> list[PromotionRecord]:
-    return store.load(NAME, PromotionsFile, fix=FIX).promotions
+class RunInfo(BaseModel):
+    """Who made a statement: the gpuforge run, its checkout's git revision, the host."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    id: str = Field(max_length=80)
+    git_revision: str | None = Field(default=None, max_length=80)
+    git_dirty: bool | None = None
+    gpuforge_version: str = Field(max_length=40)
+    host: str = Field(max_length=255)
+    user: str = Field(default="", max_length=255)
 
 
-def get(promotion_id: str) -> PromotionRecord | None:
-    return next((p for p in load() if p.id == promotion_id), None)
+class Evidence(BaseModel):
+    """What the promotion relied on: the signed validation statements (layer digests of the .att manifest)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    validation: str | None = None  # layer digest of the newest signed validation statement
+    green: bool = False
+    gpu: str | None = None  # layer digest of the newest signed GPU validation statement, if any
+    gpu_model: str | None = None
+    driver: str | None = None
+    validated_at: str | None = None  # what the signed run says (display only, never used to order)
+    validator_set: str | None = None
 
 
-def save(rec: PromotionRecord) -> PromotionRecord:
-    """Insert the record, or replace the one with its id (keeping its place in the order)."""
-    rec = PromotionRecord.model_validate(rec.model_dump())
+class PromotionRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    schema_: Literal["gpuforge.promotion/1"] = Field(default=SCHEMA, alias="schema")
+    id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    phase: Literal["intent", "done"]
+    kind: Literal["promote", "rollback"]
+    target: str = Field(max_length=200)
+    env: Literal["dev", "prod"]
+    repository: str = Field(max_length=400)
+    digest: str = Field(pattern=DIGEST)
+    tags: list[str]  # planned: every tag of the environment this promotion points at `digest`
+    prior: dict[str, str | None]  # the digest each planned tag held before (None: it did not exist)
+    moved: list[str] = []  # done: the tags it moved (including those a resumed run moved)
+    replaced: list[str] = []  # version tags moved off another digest (--replace, or a rollback)
+    allow_no_gpu: bool = False  # prod without GPU evidence, on purpose (--allow-no-gpu)
+    resumed: bool = False  # done written by a later run that completed an interrupted intent
+    rollback_to_seq: int | None = None  # rollback: the seq of the promotion whose digest it restores
+    evidence: Evidence = Evidence()
+    seq: int = Field(ge=0)  # position in this target+environment's history
+    prev: str | None = None  # "<id>:<phase>" of the record before it: a removed record shows as a gap
+    at: str = Field(max_length=40)  # UTC time the record was written (display; order is seq)
+    run: RunInfo
 
-    def change(doc: PromotionsFile) -> None:
-        for i, p in enumerate(doc.promotions):
-            if p.id == rec.id:
-                doc.promotions[i] = rec
-                return
-        doc.promotions.append(rec)
+    def ref(self) -> str:
+        return f"{self.id}:{self.phase}"
 
-    store.update(NAME, PromotionsFile, change, fix=FIX)
-    return rec
+    def dump(self) -> dict:
+        return self.model_dump(by_alias=True, mode="json")
 
 
-def unfinished(target: str | None = None) -> list[PromotionRecord]:
-    """Promotions whose intent was written but never a done or rolled-back: interrupted runs."""
-    return [p for p in load() if p.state == "intent" and (target is None or p.target == target)]
+def parse(data: dict) -> PromotionRecord | None:
+    """A record, or None when the signed predicate is not one this gpuforge understands."""
+    try:
+        return PromotionRecord.model_validate(data)
+    except ValidationError:
+        return None

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import docker.errors
@@ -115,7 +116,11 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
-                     gpu_request: str = "nvidia") -> int:
+                     gpu_request: str = "nvidia",
+                     on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
+    """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
+    holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
+    made): what `validate --attest` signs is what the run observed, not a file someone can edit first."""
     c = engine.client()
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
@@ -160,10 +165,15 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
                 outputs["sbom.cdx.json"] = cyclonedx.to_json(cyclonedx.bom(
                     target_id=t.id, image_id=rec.image_id, os_name=t.os, inventory=sbom)).encode()
             kind = "gpu_report" if gpu else "report"
-            with out.locked():  # the set and its recorded digest change together
-                out.write_set(outputs)
-                # the report's digest: promote refuses a report file changed after this point
-                records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
+            inventory = {"target": t.id, "image_id": rec.image_id, **sbom} if sbom else None
+            try:
+                if on_report:  # validate --attest: signs the report as this process holds it, before any copy
+                    on_report(t, rep, inventory)
+            finally:  # a refusal to sign still leaves the reports for reading
+                with out.locked():  # the set and its recorded digest change together
+                    out.write_set(outputs)
+                    # the report's digest: promote refuses a report file changed after this point
+                    records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
         print(md)
         report.summarize(md)
         if rc == 0 and rep["evidence"]["partial"]:

@@ -1,9 +1,17 @@
-"""Push, attest and promote against real Debian docker-registry instances on 127.0.0.1: one with
-htpasswd basic auth, one with token auth (scoped JWTs from a real token server, see registries.py).
-Signatures are real cosign attestations with a key pair made for the run.
+"""Push, sign and promote against real Debian docker-registry instances on 127.0.0.1: one with htpasswd
+basic auth, one with token auth (scoped JWTs from a real token server, see registries.py), one open
+(killed mid-promotion). Signatures are real cosign attestations with a key pair made for the run; the
+evidence is signed by a real `gpuforge validate --attest` run of the default image.
 
-Cost: one push of the default image (~3 min on 2 cores), one skopeo copy to the token registry (blobs
-stay compressed), then manifest copies and cosign calls (< 2 s each).
+FIXTURES, said where used: the GPU statements (no GPU here) are made from docs/measurements/smoke-cdi-h200.json,
+a real H200 run, merged into this run's report; the statements of the derived image (a one-file layer on the
+default image, the cheap second digest rollback needs) are this run's report with that image's id. Both go
+through the real signing path (gpuforge.publish.signed_run.sign_report, cosign with the test key) and say
+`"fixture": ...` inside.
+
+Cost: one push of the default image (~3 min on 2 cores), one full validator run, one skopeo copy to the
+token registry and one to the open registry (blobs stay compressed), then manifest copies and cosign calls
+(< 2 s each).
 """
 
 from __future__ import annotations
@@ -14,15 +22,21 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
+import docker.errors
 import pytest
 from registries import LocalRegistry, free_port
+from second_engine import Registry as RegistryProcess
+from second_engine import checkout_snapshot, matrix_copy
 
-from conftest import gpuforge, need
+from conftest import ROOT, gpuforge, need
 from gpuforge.build import bases
-from gpuforge.errors import PromotionRefused, RegistryError
-from gpuforge.publish import attest, promote
+from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
+from gpuforge.publish import attest, history, promote, rollback, signed_run
 from gpuforge.publish.registry import Registry, auth_file
 from gpuforge.state import records
 from gpuforge.validate import evidence
@@ -32,6 +46,7 @@ USER, PASSWORD = "ci-pusher", "s3cret-registry-pass"
 READER, READER_PASSWORD = "ci-reader", "read-only-pass"
 USERS = {USER: (PASSWORD, {"pull", "push"}), READER: (READER_PASSWORD, {"pull"})}
 KEY_PASSWORD = "cosign-test-key-pass"
+H200 = ROOT / "docs" / "measurements" / "smoke-cdi-h200.json"
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +86,7 @@ def _env(mp, cosign_keys, user=USER, password=PASSWORD):
     mp.setenv("GPUFORGE_REGISTRY_PASSWORD", password)
     mp.setenv("GPUFORGE_COSIGN_PUBLIC_KEY", cosign_keys["pub"])
     mp.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
+    mp.delenv("GPUFORGE_PROD_REQUIRE_GPU", raising=False)  # prod needs GPU evidence without it
 
 
 @pytest.fixture
@@ -78,47 +94,115 @@ def creds(monkeypatch, cosign_keys):
     _env(monkeypatch, cosign_keys)
 
 
-def _target(validated, registry: str, repo: str):
-    t = validated["target"]
+def _target(t, registry: str, repo: str):
     return dataclasses.replace(t, tags=(f"{registry}/{repo}:{t.tag}",), registry=registry, repository=repo)
 
 
+def _promote(t, env: str, cosign_keys, **kw) -> dict:
+    [res] = promote.promote_targets([t], env=env, sign_key=cosign_keys["key"], **kw)
+    return res
+
+
+def _matrix(tmp_path, registry: str, repo: str) -> Path:
+    """The project matrix pointed at a test registry and repository, for CLI runs."""
+    return matrix_copy(ROOT, tmp_path / f"matrix-{repo.replace('/', '-')}.yaml", registry, repo)
+
+
+def _carry_evidence(t, digest: str, dst_repo: str) -> None:
+    """Copy the digest's signed statements (its `.att` manifest, digest preserved) to another repository."""
+    att = "sha256-" + digest.split(":", 1)[1] + ".att"
+    with auth_file(t.registry) as af:
+        subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                        *(["--authfile", af] if af else []), f"docker://{t.registry}/{t.repository}:{att}",
+                        f"docker://{t.registry}/{dst_repo}:{att}"], check=True, capture_output=True)
+
+
 @pytest.fixture(scope="module")
-def pushed(validated, auth_registry, cosign_keys):
-    """The validated default image, pushed once (with credentials) to the basic-auth registry and attested."""
+def pushed(default_build, auth_registry, cosign_keys, tmp_path_factory):
+    """The default image pushed (with credentials) to the basic-auth registry, then validated with
+    `gpuforge validate --attest`: the full validator suite, its result signed in that run."""
     mp = pytest.MonkeyPatch()
     _env(mp, cosign_keys)
-    t = _target(validated, auth_registry, "gpuforge/pytorch")
+    t = _target(default_build[0], auth_registry, "gpuforge/pytorch")
     t0 = time.monotonic()
     [res] = promote.push_targets([t])
     print(f"\npush of the default image: {time.monotonic() - t0:.0f} s")
-    promote.attest_targets([t], reports=validated["reports"], key=cosign_keys["key"])
+    reports = tmp_path_factory.mktemp("signed-reports")
+    r = gpuforge("validate", "--attest", "--key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
     mp.undo()
+    assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+    assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
+    report = json.loads((reports / t.id / "report.json").read_text())
+    return t, {**res, "reports": reports, "report": report}
+
+
+def _fixture_rep(base: dict, note: str, image_id: str | None = None) -> dict:
+    rep = copy.deepcopy(base)
+    rep["fixture"] = f"FIXTURE (tests/integration/publish/test_registry.py): {note}; not a run of this image"
+    if image_id:
+        rep["facts"]["image_id"] = rep["evidence"]["image_id"] = image_id
+    return rep
+
+
+def gpu_fixture(base: dict, image_id: str | None = None) -> dict:
+    """A GPU validation report: this run's checks with the driver + GPU checks and GPU facts of a real H200
+    run (docs/measurements/smoke-cdi-h200.json) in place of the ones skipped here for want of a GPU."""
+    h200 = json.loads(H200.read_text())
+    rep = _fixture_rep(base, "GPU checks from docs/measurements/smoke-cdi-h200.json", image_id)
+    gpu_checks = {c["id"]: c for c in h200["checks"]}
+    ids = {c["id"] for c in rep["checks"]}
+    rep["checks"] = [gpu_checks.get(c["id"], c) for c in rep["checks"]] + [c for i, c in gpu_checks.items() if i not in ids]
+    rep["gpu"] = True
+    rep["facts"]["gpus"], rep["facts"]["driver"] = h200["facts"]["gpus"], h200["facts"]["driver"]
+    rep["evidence"] = evidence.stamp(rep, required=evidence.required_checks(True), gpu=True)
+    rep["problems"] = evidence.problems(rep, require_gpu=True)
+    rep["green"] = not rep["problems"]
+    assert rep["green"], rep["problems"]
+    return rep
+
+
+def _sign(t, digest: str, rep: dict, cosign_keys) -> None:
+    """The one signing path validate --attest uses, for a fixture report."""
+    mp = pytest.MonkeyPatch()
+    _env(mp, cosign_keys)
+    try:
+        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, key=cosign_keys["key"])
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def gpu_signed(pushed, cosign_keys):
+    """The pushed digest also carries a signed GPU validation statement (FIXTURE from the H200 report)."""
+    t, res = pushed
+    _sign(t, res["digest"], gpu_fixture(res["report"]), cosign_keys)
     return t, res
 
 
 @pytest.fixture(scope="module")
-def token_pushed(pushed, token_registry, validated, cosign_keys):
-    """The same bytes copied by skopeo to the token-auth registry (digest preserved), attested there."""
+def token_pushed(gpu_signed, token_registry, cosign_keys):
+    """The same bytes and their signed statements copied by skopeo to the token-auth registry (digests kept)."""
     mp = pytest.MonkeyPatch()
     _env(mp, cosign_keys)
-    t, res = pushed
-    tt = _target(validated, token_registry.host, "gpuforge/pytorch")
+    t, res = gpu_signed
+    tt = _target(t, token_registry.host, "gpuforge/pytorch")
+    att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
     t0 = time.monotonic()
     with auth_file(t.registry, tt.registry) as af:
-        subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
-                        "--authfile", af, f"docker://{t.registry}/{t.repository}@{res['digest']}",
-                        f"docker://{tt.registry}/{tt.repository}:{tt.tag}"], check=True, capture_output=True)
+        for src, dst in ((f"{t.repository}@{res['digest']}", f"{tt.repository}:{tt.tag}"),
+                         (f"{t.repository}:{att}", f"{tt.repository}:{att}")):
+            subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                            "--authfile", af, f"docker://{t.registry}/{src}", f"docker://{tt.registry}/{dst}"],
+                           check=True, capture_output=True)
     print(f"\nskopeo copy to the token registry: {time.monotonic() - t0:.0f} s")
-    promote.attest_targets([tt], reports=validated["reports"], key=cosign_keys["key"])
     mp.undo()
     return tt, res
 
 
 @pytest.fixture
-def restore_record(validated):
+def restore_record(default_build):
     """Tests that rewrite the build record (as a tampering user would) get it back afterwards."""
-    t = validated["target"]
+    t = default_build[0]
     before = copy.deepcopy(records.require(t.id))
     yield
     records.update(t.id, **before)
@@ -129,44 +213,99 @@ def _digest(registry: str, repo: str, tag: str) -> str | None:
     return m.digest if m else None
 
 
-def _copy_reports(validated, tmp_path) -> tuple:
-    t = validated["target"]
-    shutil.copytree(validated["reports"] / t.id, tmp_path / t.id)
-    return tmp_path, tmp_path / t.id / "report.json"
+def _env_tags(t, env: str) -> list[str]:
+    return promote.env_tags(t, t.tag, env)
 
 
-def test_push_records_the_digest_of_the_validated_image(pushed, validated, creds):
+def _snapshot(t) -> dict:
+    return {tag: _digest(t.registry, t.repository, tag) for env in ("dev", "prod") for tag in _env_tags(t, env)}
+
+
+def _refused(t, match: str, cosign_keys, env: str = "prod", **kw) -> str:
+    before = _snapshot(t)
+    with pytest.raises(PromotionRefused, match=match) as e:
+        _promote(t, env, cosign_keys, **kw)
+    assert _snapshot(t) == before, "a tag moved"
+    return str(e.value)
+
+
+def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
+    """The pushed image in another repository of the same registry (blobs mounted), with or without its
+    signed statements: an isolated place for tests that sign red statements."""
+    t, res = pushed
+    tr = _target(t, t.registry, repo)
+    [r] = promote.push_targets([tr])
+    assert r["digest"] == res["digest"]
+    if evidence_too:
+        _carry_evidence(t, res["digest"], repo)
+    return tr, res
+
+
+def test_push_records_the_digest_of_the_validated_image(pushed, creds):
     t, res = pushed
     assert records.get(t.id)["digest"] == res["digest"]
     m = Registry(t.registry).manifest(t.repository, res["digest"])
-    assert m.config_digest == validated["record"]["image_id"]
+    assert m.config_digest == records.get(t.id)["image_id"]
 
 
-def test_promote_dev_then_prod_moves_exactly_the_validated_digest(pushed, validated, creds, capsys):
+def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
+    """What the run signed is its report (the local copy is that, byte for byte in content), plus who signed it."""
     t, res = pushed
-    reports = validated["reports"]
-    [dev] = promote.promote_targets([t], env="dev", reports=reports)
-    [prod] = promote.promote_targets([t], env="prod", reports=reports)
-    for tag in (f"{t.tag}-dev", f"{t.tag}-prod", *t.aliases["dev"], *t.aliases["prod"]):
+    ref = f"{t.registry}/{t.repository}@{res['digest']}"
+    [first, *_] = attest.verified_statements(ref, attest.VALIDATION_TYPE, attest.Verifier(key=cosign_keys["pub"]))
+    pred = dict(first.predicate)
+    run = pred.pop("run")
+    assert evidence.digest_of(pred) == evidence.digest_of(res["report"])
+    assert run["signed_in_run"] is True and run["subject"] == ref
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert run["git_revision"] == (head or None)
+
+
+def test_validate_attest_refuses_a_target_not_pushed_there(pushed, creds, cosign_keys, tmp_path):
+    t, _ = pushed
+    m = _matrix(tmp_path, t.registry, "gpuforge/never-pushed")
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path))
+    assert r.returncode == 6, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and "is missing, not the built image" in r.stderr, r.stderr
+    assert "validating" not in r.stdout  # refused before any check ran
+
+
+def test_attest_of_a_report_file_is_refused_in_one_line(pushed, creds, cosign_keys, tmp_path):
+    t, res = pushed
+    r = gpuforge("attest", "--key", cosign_keys["key"], "--registry", t.registry, "--reports", str(res["reports"]))
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.count("\n") == 1 and "attest of a report file is refused" in r.stderr
+    assert "validate --attest" in r.stderr
+
+
+def test_promote_dev_then_prod_moves_exactly_the_validated_digest(gpu_signed, creds, cosign_keys, capsys):
+    t, res = gpu_signed
+    dev = _promote(t, "dev", cosign_keys)
+    prod = _promote(t, "prod", cosign_keys)
+    for tag in (*_env_tags(t, "dev"), *_env_tags(t, "prod")):
         assert _digest(t.registry, t.repository, tag) == res["digest"], tag
     assert "latest" in prod["moved"] and dev["digest"] == prod["digest"] == res["digest"]
     out = capsys.readouterr()
     assert PASSWORD not in out.out + out.err
+    h = history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id, env="prod")
+    last = h.last()
+    assert last.phase == "done" and last.digest == res["digest"] and not last.allow_no_gpu
+    assert last.evidence.gpu_model == "NVIDIA H200" and last.evidence.green
 
 
-def test_consumer_verifies_the_promoted_image_with_cosign(pushed, validated, creds, cosign_keys):
+def test_consumer_verifies_the_promoted_image_with_cosign(gpu_signed, creds, cosign_keys):
     """What the README tells a consumer to run before pulling: the signed report, green, for these bytes."""
-    t, res = pushed
-    promote.promote_targets([t], env="dev", reports=validated["reports"])
+    t, res = gpu_signed
+    _promote(t, "dev", cosign_keys)
     with auth_file(t.registry) as af:
         r = subprocess.run(["cosign", "verify-attestation", "--key", cosign_keys["pub"], "--type", attest.VALIDATION_TYPE,
                             "--insecure-ignore-tlog=true", "--allow-http-registry", f"{t.registry}/{t.repository}:{t.tag}-dev"],
                            capture_output=True, text=True, env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
     assert r.returncode == 0, r.stderr[-2000:]
-    [pred] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.VALIDATION_TYPE,
-                                        attest.Verifier(key=cosign_keys["pub"]))
-    assert pred["green"] and not evidence.problems(pred)
-    assert pred["evidence"]["image_id"] == validated["record"]["image_id"]
+    preds = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.VALIDATION_TYPE,
+                                       attest.Verifier(key=cosign_keys["pub"]))
+    assert preds[0]["green"] and not evidence.problems(preds[0])
+    assert preds[0]["evidence"]["image_id"] == records.get(t.id)["image_id"]
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
                                        attest.Verifier(key=cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
@@ -187,196 +326,360 @@ def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_regist
     docker_engine.images.remove(f"{auth_registry}/gpuforge/unvalidated:1")
 
 
-def test_promoting_twice_changes_nothing(pushed, validated, creds):
+def test_promoting_twice_changes_nothing(pushed, creds, cosign_keys):
+    t, _ = pushed
+    _promote(t, "dev", cosign_keys)
+    n = len(history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id,
+                         env="dev").records)
+    again = _promote(t, "dev", cosign_keys)
+    assert again["moved"] == [] and set(again["unchanged"]) == set(_env_tags(t, "dev"))
+    assert len(history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id,
+                            env="dev").records) == n, "a no-op promotion wrote a record"
+
+
+def test_prod_without_gpu_evidence_is_refused_by_default(pushed, creds, cosign_keys, tmp_path, restore_record):
+    """No GPUFORGE_PROD_REQUIRE_GPU, no --require-gpu: prod still needs signed GPU evidence; --allow-no-gpu is
+    the explicit way round it, printed as a warning and kept in the signed promotion record."""
+    tr, res = _repo_copy(pushed, "gpuforge/nogpu", evidence_too=False)
+    _sign(tr, res["digest"], res["report"], cosign_keys)  # the run's own (non-GPU) report, and nothing else
+    m = _matrix(tmp_path, tr.registry, "gpuforge/nogpu")
+    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.count("\n") == 1 and "carries no signed GPU validation" in r.stderr, r.stderr
+    assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") is None
+    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--allow-no-gpu", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "WARNING" in r.stderr and "WITHOUT GPU evidence" in r.stderr
+    assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") == res["digest"]
+    last = history.load(Registry(tr.registry), tr.repository, attest.Verifier(key=cosign_keys["pub"]), target=tr.id, env="prod").last()
+    assert last.phase == "done" and last.allow_no_gpu
+    r = gpuforge("--matrix", str(m), "history", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
+    assert r.returncode == 0 and "WITHOUT GPU evidence" in r.stdout, r.stdout + r.stderr
+
+
+def test_forged_report_sequence_is_refused(pushed, creds, cosign_keys, tmp_path, restore_record):
+    """The issue's sequence, exactly: edit report.json (torch 6.6.6), write evidence.digest_of(report) into
+    builds.json, raise `started`, `gpuforge attest --key`, `promote --to dev`. Here on a repository where
+    the image has no signed run: nothing is signed and nothing moves."""
     t, res = pushed
-    promote.promote_targets([t], env="dev", reports=validated["reports"])
-    [again] = promote.promote_targets([t], env="dev", reports=validated["reports"])
-    assert again["moved"] == [] and set(again["unchanged"]) == {f"{t.tag}-dev", *t.aliases["dev"]}
+    tr, _ = _repo_copy(pushed, "gpuforge/forged", evidence_too=False)
+    m = _matrix(tmp_path, tr.registry, "gpuforge/forged")
+    reports = tmp_path / "reports"
+    shutil.copytree(res["reports"] / t.id, reports / t.id)
+    path = reports / t.id / "report.json"
+    rep = json.loads(path.read_text())
+    rep["facts"]["versions"]["torch"] = "6.6.6"
+    rep["started"] = time.time() + 10 * 365 * 86400
+    path.write_text(json.dumps(rep))
+    records.update(t.id, report_digest=evidence.digest_of(rep))
+    r = gpuforge("--matrix", str(m), "attest", "--key", cosign_keys["key"], "--reports", str(reports))
+    assert r.returncode == 7 and "attest of a report file is refused" in r.stderr, r.stderr
+    att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
+    assert _digest(tr.registry, tr.repository, att) is None, "something was signed"
+    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--reports", str(reports), "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.count("\n") == 1 and "carries no signed validation attestation" in r.stderr, r.stderr
+    assert all(_digest(tr.registry, tr.repository, tag) is None for tag in _env_tags(tr, "dev"))
 
 
-def _refused(t, match: str, reports, env: str = "prod", **kw):
-    before = [_digest(t.registry, t.repository, f"{t.tag}-{e}") for e in ("dev", "prod")]
-    with pytest.raises(PromotionRefused, match=match) as e:
-        promote.promote_targets([t], env=env, reports=reports, **kw)
-    assert [_digest(t.registry, t.repository, f"{t.tag}-{e}") for e in ("dev", "prod")] == before, "a tag moved"
-    return str(e.value)
+def test_red_statement_newer_than_green_blocks_whatever_its_fields_say(pushed, creds, cosign_keys, tmp_path):
+    """Registry order decides, never a field the signer wrote: a red run signed after the green one blocks
+    even when its `started` claims it is older; a green run signed after that unblocks."""
+    t, res = pushed
+    tr, _ = _repo_copy(pushed, "gpuforge/red")
+    red = _fixture_rep(res["report"], "a failed check written in")
+    next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
+    red["started"] = res["report"]["started"] - 86400
+    _sign(tr, res["digest"], red, cosign_keys)
+    msg = _refused(tr, "newest signed validation statement .* newer than [12] green one\\(s\\)\\) is not evidence: failed: "
+                       "test_root_login_refused", cosign_keys, env="dev")
+    assert "no tag was changed" in msg
+    _sign(tr, res["digest"], res["report"], cosign_keys)  # the same green report signed again, after the red one
+    assert _promote(tr, "dev", cosign_keys)["moved"]
 
 
-def test_missing_report_is_refused(pushed, creds, tmp_path):
-    t, _ = pushed
-    _refused(t, "no validation report", tmp_path)
+def test_a_real_red_run_signed_by_validate_attest_blocks(pushed, creds, cosign_keys, tmp_path, restore_record):
+    """`validate --attest` signs a red (and partial) run too, and being the newest it blocks the earlier green."""
+    tr, _ = _repo_copy(pushed, "gpuforge/redrun")
+    m = _matrix(tmp_path, tr.registry, "gpuforge/redrun")
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path),
+                 "--pytest-args", "-k test_torch --gpuforge-expect torch=0.0.0")
+    assert r.returncode == 5, r.stderr[-2000:]
+    assert "signed this run's validation (NOT green)" in r.stdout
+    _refused(tr, "is not evidence: .*partial.*failed: test_torch", cosign_keys, env="dev")
 
 
-def test_red_report_is_refused(pushed, creds, tmp_path, restore_record):
-    t, _ = pushed
-    r = gpuforge("validate", "--reports", str(tmp_path), "--pytest-args", "-k test_torch --gpuforge-expect torch=0.0.0")
-    assert r.returncode == 5
-    _refused(t, "failed: test_torch", tmp_path)
-
-
-def test_subset_run_is_partial_and_refused(pushed, creds, tmp_path, restore_record):
-    t, _ = pushed
-    r = gpuforge("validate", "--reports", str(tmp_path), "--pytest-args", "-k test_torch")
-    assert r.returncode == 0 and "partial run" in r.stderr, r.stderr[-2000:]
-    rep = json.loads((tmp_path / t.id / "report.json").read_text())
-    assert rep["evidence"]["partial"] and not rep["green"]
-    assert "PARTIAL" in (tmp_path / t.id / "report.md").read_text()
-    _refused(t, "it is partial: .* required check\\(s\\) did not run", tmp_path)
-
-
-def test_skipped_required_check_is_refused(pushed, validated, creds, tmp_path, restore_record):
+def test_skipped_required_check_is_refused(pushed, creds, cosign_keys):
     """A required check that skipped for a reason off the reviewed list (as a broken fixture or a stray
     pytest.skip would make it) is not evidence, even with every other check green."""
-    t, _ = pushed
-    reports, path = _copy_reports(validated, tmp_path)
-    rep = json.loads(path.read_text())
-    check = next(c for c in rep["checks"] if c["name"] == "test_root_login_refused")
-    check.update(outcome="skipped", message="sshd did not start in time")
-    path.write_text(json.dumps(rep))
-    records.update(t.id, report_digest=evidence.digest_of(rep))  # as if validate had written it
-    _refused(t, "required check test_root_login_refused skipped \\(sshd did not start in time; reason not on the reviewed list\\)",
-             reports)
+    t, res = pushed
+    tr, _ = _repo_copy(pushed, "gpuforge/skip", evidence_too=False)
+    rep = _fixture_rep(res["report"], "a required check made to skip")
+    next(c for c in rep["checks"] if c["name"] == "test_root_login_refused").update(
+        outcome="skipped", message="sshd did not start in time")
+    _sign(tr, res["digest"], rep, cosign_keys)
+    _refused(tr, "required check test_root_login_refused skipped \\(sshd did not start in time; reason not on the "
+                 "reviewed list\\)", cosign_keys, env="dev")
 
 
-def test_hand_edited_report_is_refused(pushed, validated, creds, tmp_path, restore_record):
-    t, _ = pushed
-    reports, path = _copy_reports(validated, tmp_path)
-    rep = json.loads(path.read_text())
-    rep["facts"]["versions"]["torch"] = "2.7.1+cu999"
-    path.write_text(json.dumps(rep))
-    _refused(t, "was changed after validation", reports)
-    # an editor who also rewrites the local build record still meets the signed report on the registry
-    records.update(t.id, report_digest=evidence.digest_of(rep))
-    _refused(t, "differs from the signed one on the registry", reports, env="dev")
+def test_statement_for_another_image_is_refused(pushed, creds, cosign_keys):
+    t, res = pushed
+    tr, _ = _repo_copy(pushed, "gpuforge/otherimage", evidence_too=False)
+    _sign(tr, res["digest"], _fixture_rep(res["report"], "another image id", "sha256:" + "0" * 64), cosign_keys)
+    _refused(tr, "is for image sha256:0+, not sha256:", cosign_keys, env="dev")
 
 
-def test_report_for_another_image_is_refused(pushed, validated, creds, tmp_path, restore_record):
-    t, _ = pushed
-    reports, path = _copy_reports(validated, tmp_path)
-    rep = json.loads(path.read_text())
-    rep["evidence"]["image_id"] = rep["facts"]["image_id"] = "sha256:" + "0" * 64
-    path.write_text(json.dumps(rep))
-    records.update(t.id, report_digest=evidence.digest_of(rep))
-    _refused(t, "report is for image sha256:0+, not the pushed image", reports)
-
-
-def test_unsigned_or_wrongly_signed_evidence_is_refused(pushed, validated, creds, monkeypatch, tmp_path):
+def test_unsigned_or_wrongly_signed_evidence_is_refused(pushed, creds, cosign_keys, monkeypatch, tmp_path):
     t, _ = pushed
     monkeypatch.delenv("GPUFORGE_COSIGN_PUBLIC_KEY")
-    _refused(t, "no way to verify the signed evidence", validated["reports"], env="dev")
+    _refused(t, "no way to verify the signed evidence", cosign_keys, env="dev")
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(tmp_path / "other")], check=True,
                    capture_output=True, env={**os.environ, "COSIGN_PASSWORD": "x"})
-    _refused(t, "carries no signed validation attestation that verifies", validated["reports"], env="dev",
+    _refused(t, "carries no signed validation attestation that verifies", cosign_keys, env="dev",
              key=str(tmp_path / "other.pub"))
 
 
-def test_prod_needs_a_gpu_report_when_required(pushed, validated, creds):
-    t, _ = pushed
-    _refused(t, "no GPU validation report", validated["reports"], require_gpu=True)
-
-
-def test_non_gpu_report_cannot_stand_in_for_a_gpu_one(pushed, validated, creds, tmp_path, restore_record):
-    t, _ = pushed
-    reports, path = _copy_reports(validated, tmp_path)
-    shutil.copy(path, path.with_name("report-gpu.json"))
-    records.update(t.id, gpu_report_digest=records.require(t.id)["report_digest"])
-    _refused(t, "not a GPU report", reports, require_gpu=True)
-
-
-def test_repushed_tag_after_validation_is_refused(validated, auth_registry, creds, docker_engine, cosign_keys):
-    t = _target(validated, auth_registry, "gpuforge/repush")
-    [res] = promote.push_targets([t])
-    promote.attest_targets([t], reports=validated["reports"], key=cosign_keys["key"])
-    promote.promote_targets([t], env="dev", reports=validated["reports"])
+def test_repushed_tag_after_validation_is_refused(pushed, auth_registry, creds, docker_engine, cosign_keys):
+    t, res = pushed
+    tr, _ = _repo_copy(pushed, "gpuforge/repush")
+    _promote(tr, "dev", cosign_keys)
     # someone pushes other bytes under the build tag after validation
     other = docker_engine.images.get(t.base_image)
     other.tag(f"{auth_registry}/gpuforge/repush", t.tag)
     for ev in docker_engine.images.push(f"{auth_registry}/gpuforge/repush", t.tag, stream=True, decode=True,
                                         auth_config={"username": USER, "password": PASSWORD}):
         assert "error" not in ev, ev
-    records.update(t.id, digest=res["digest"])
+    docker_engine.images.remove(f"{auth_registry}/gpuforge/repush:{t.tag}")
     with pytest.raises(PromotionRefused, match="re-pushed after validation"):
-        promote.promote_targets([t], env="prod", reports=validated["reports"])
+        _promote(tr, "prod", cosign_keys)
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-prod") is None
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-dev") == res["digest"]
+    # and gpuforge's own push will not move the build tag back without --replace
+    with pytest.raises(PromotionRefused, match="version tags are immutable: pass --replace"):
+        promote.push_targets([tr])
 
 
-def test_digest_gone_from_the_registry_is_refused(validated, auth_registry, creds, restore_record):
-    t = _target(validated, auth_registry, "gpuforge/gone")
-    [res] = promote.push_targets([t])
+def test_digest_gone_from_the_registry_is_refused(pushed, auth_registry, creds, cosign_keys):
+    tr, res = _repo_copy(pushed, "gpuforge/gone", evidence_too=False)
     with auth_file(auth_registry) as af:
         subprocess.run(["skopeo", "delete", "--tls-verify=false", "--authfile", af,
                         f"docker://{auth_registry}/gpuforge/gone@{res['digest']}"], check=True, capture_output=True)
     with pytest.raises(PromotionRefused, match=f"the registry has no manifest {res['digest']}"):
-        promote.promote_targets([t], env="dev", reports=validated["reports"])
-    assert _digest(auth_registry, "gpuforge/gone", f"{t.tag}-dev") is None
+        _promote(tr, "dev", cosign_keys)
+    assert _digest(auth_registry, "gpuforge/gone", f"{tr.tag}-dev") is None
 
 
-def test_prod_before_dev_is_refused(validated, auth_registry, creds):
-    t = _target(validated, auth_registry, "gpuforge/nodev")
-    promote.push_targets([t])
+def test_prod_before_dev_is_refused(pushed, creds, cosign_keys):
+    tr, _ = _repo_copy(pushed, "gpuforge/nodev")
     with pytest.raises(PromotionRefused, match="promote to dev first"):
-        promote.promote_targets([t], env="prod", reports=validated["reports"])
+        _promote(tr, "prod", cosign_keys)
 
 
-def test_token_auth_registry_promotes_with_scoped_tokens(token_pushed, token_registry, validated, creds):
+def test_token_auth_registry_promotes_with_scoped_tokens(token_pushed, token_registry, creds, cosign_keys):
     """Reads get a pull token, the tag copy a pull+push token (the first token is not reused)."""
     t, res = token_pushed
-    reports = validated["reports"]
     token_registry.tokens.issued.clear()
-    [dev] = promote.promote_targets([t], env="dev", reports=reports)
-    [prod] = promote.promote_targets([t], env="prod", reports=reports)
-    for tag in (f"{t.tag}-dev", f"{t.tag}-prod", *t.aliases["dev"], *t.aliases["prod"]):
+    dev = _promote(t, "dev", cosign_keys)
+    prod = _promote(t, "prod", cosign_keys)
+    for tag in (*_env_tags(t, "dev"), *_env_tags(t, "prod")):
         assert _digest(t.registry, t.repository, tag) == res["digest"], tag
     assert dev["moved"] and prod["moved"]
     grants = [a["actions"] for i in token_registry.tokens.issued for a in i["access"] if a["name"] == t.repository]
     assert ["pull"] in grants and ["pull", "push"] in grants, grants
 
 
-def test_token_auth_read_only_account_is_refused_clearly(token_pushed, token_registry, validated, monkeypatch, cosign_keys):
+def test_token_auth_read_only_account_is_refused_clearly(token_pushed, token_registry, monkeypatch, cosign_keys):
     t, res = token_pushed
     _env(monkeypatch, cosign_keys, READER, READER_PASSWORD)
-    with pytest.raises(RegistryError, match="refused the credentials for PUT") as e:
-        promote.promote_targets([dataclasses.replace(t, aliases={"dev": ("reader-try",)})], env="dev", reports=validated["reports"])
+    with pytest.raises(RegistryError, match="refused the credentials for") as e:
+        _promote(dataclasses.replace(t, aliases={"dev": ("reader-try",)}), "dev", cosign_keys)
     assert READER_PASSWORD not in str(e.value)
     assert _digest(t.registry, t.repository, "reader-try") is None
 
 
-def test_docker_config_credentials_are_used(token_pushed, validated, monkeypatch, tmp_path, cosign_keys):
+def test_docker_config_credentials_are_used(token_pushed, monkeypatch, tmp_path, cosign_keys):
     """No GPUFORGE_REGISTRY_* variables: skopeo and cosign read $DOCKER_CONFIG/config.json as `docker login` writes it."""
     import base64
 
     t, res = token_pushed
     monkeypatch.setenv("GPUFORGE_COSIGN_PUBLIC_KEY", cosign_keys["pub"])
+    monkeypatch.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
     monkeypatch.delenv("GPUFORGE_REGISTRY_USER", raising=False)
     monkeypatch.delenv("GPUFORGE_REGISTRY_PASSWORD", raising=False)
     (tmp_path / "config.json").write_text(json.dumps(
         {"auths": {t.registry: {"auth": base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    [dev] = promote.promote_targets([t], env="dev", reports=validated["reports"])
-    assert dev["digest"] == res["digest"]
+    assert _promote(t, "dev", cosign_keys)["digest"] == res["digest"]
 
 
-def test_registry_down_is_a_clear_error(validated, pushed, creds):
-    t = _target(validated, f"127.0.0.1:{free_port()}", "gpuforge/pytorch")
+def test_registry_down_is_a_clear_error(pushed, creds, cosign_keys):
+    t = _target(pushed[0], f"127.0.0.1:{free_port()}", "gpuforge/pytorch")
     with pytest.raises(RegistryError, match=r"cannot reach registry 127\.0\.0\.1"):
-        promote.promote_targets([t], env="dev", reports=validated["reports"])
+        _promote(t, "dev", cosign_keys)
 
 
-def test_wrong_credentials_are_refused_and_never_printed(pushed, validated, monkeypatch, capsys, cosign_keys):
+def test_wrong_credentials_are_refused_and_never_printed(pushed, monkeypatch, capsys, cosign_keys):
     t, _ = pushed
     _env(monkeypatch, cosign_keys, USER, "wrong-password-xyz")
     with pytest.raises(RegistryError, match="refused the credentials") as e:
-        promote.promote_targets([t], env="dev", reports=validated["reports"])
+        _promote(t, "dev", cosign_keys)
     out = capsys.readouterr()
     assert "wrong-password-xyz" not in str(e.value) + out.out + out.err
 
 
-def test_promote_cli_refusal_is_one_line(pushed, tmp_path, creds):
+# --- a promotion as a transaction: the registry killed between two tag copies ------------------------------
+
+SKOPEO_KILLER = """#!/bin/sh
+# A skopeo that kills the test registry (SIGKILL) just before the Nth `skopeo copy`, then runs the real one.
+if [ "$1" = copy ]; then
+  n=$(( $(cat "$GF_COPY_COUNT" 2>/dev/null || echo 0) + 1 ))
+  echo "$n" > "$GF_COPY_COUNT"
+  if [ "$n" -eq "$GF_KILL_AT" ]; then kill -9 "$GF_REGISTRY_PID"; sleep 0.5; fi
+fi
+exec /usr/bin/skopeo "$@"
+"""
+
+
+def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_run_completes(
+        gpu_signed, creds, cosign_keys, tmp_path_factory, tmp_path):
+    t, res = gpu_signed
+    d = tmp_path_factory.mktemp("reg-killed")
+    reg = LocalRegistry(d, None)
+    port = int(reg.host.rsplit(":", 1)[1])
+    try:
+        tk = _target(t, reg.host, "gpuforge/pytorch")
+        att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
+        with auth_file(t.registry) as af:
+            for src, dst in ((f"{t.repository}@{res['digest']}", f"{tk.repository}:{tk.tag}"),
+                             (f"{t.repository}:{att}", f"{tk.repository}:{att}")):
+                subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+                                "--src-authfile", af, f"docker://{t.registry}/{src}", f"docker://{tk.registry}/{dst}"],
+                               check=True, capture_output=True)
+        m = _matrix(tmp_path, reg.host, "gpuforge/pytorch")
+        wrap = tmp_path / "bin"
+        wrap.mkdir()
+        (wrap / "skopeo").write_text(SKOPEO_KILLER)
+        (wrap / "skopeo").chmod(0o755)
+        tags = _env_tags(tk, "dev")
+        assert len(tags) == 3
+        env = {"PATH": f"{wrap}:{os.environ['PATH']}", "GF_COPY_COUNT": str(tmp_path / "count"), "GF_KILL_AT": "3",
+               "GF_REGISTRY_PID": str(reg.proc.pid), "GPUFORGE_REGISTRY_USER": "", "GPUFORGE_REGISTRY_PASSWORD": ""}
+        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
+        assert r.returncode == 6, r.stdout + r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert f"interrupted: moved {tags[0]}, {tags[1]} to {res['digest'][:19]}, not moved {tags[2]}" in line, line
+        assert "cannot reach registry" in line and "completes it" in line
+        reg.proc.wait()
+        reg.log.close()
+        RegistryProcess.__init__(reg, d, port)  # the same registry back: same storage, same address
+        assert [_digest(reg.host, tk.repository, tg) for tg in tags] == [res["digest"], res["digest"], None]
+        r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
+        assert r.returncode == 0 and "INTERRUPTED promote" in r.stdout, r.stdout + r.stderr
+        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "completing the interrupted promote" in r.stderr and f"already moved: {tags[0]}, {tags[1]}" in r.stderr
+        assert all(_digest(reg.host, tk.repository, tg) == res["digest"] for tg in tags)
+        h = history.load(Registry(reg.host), tk.repository, attest.Verifier(key=cosign_keys["pub"]), target=tk.id, env="dev")
+        last = h.last()
+        assert last.phase == "done" and last.resumed and last.moved == tags and h.interrupted() is None
+        assert not h.warnings, h.warnings
+    finally:
+        reg.stop()
+
+
+# --- immutable version tags, rollback, status and history from a second checkout ---------------------------
+
+@pytest.fixture
+def derived_image(docker_engine, pushed, tmp_path):
+    """A second image of the same target: the default image plus one file (a new digest in seconds)."""
     t, _ = pushed
-    r = gpuforge("promote", "--to", "prod", "--reports", str(tmp_path), "--registry", t.registry)
-    assert r.returncode == 7, r.stderr
-    assert r.stderr.count("\n") == 1 and "promotion refused" in r.stderr and "no tag was changed" in r.stderr
+    base_tag = f"gpuforge-test/rollback-base:{uuid.uuid4().hex[:12]}"
+    docker_engine.images.get(records.require(t.id)["image_id"]).tag(base_tag)
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "marker").write_text(uuid.uuid4().hex)
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY marker /opt/gpuforge-rollback-marker\n")
+    img, _ = docker_engine.images.build(path=str(tmp_path / "ctx"), rm=True, labels={"gpuforge.test": "rollback"})
+    yield img.id
+    docker_engine.images.remove(base_tag)
+    try:
+        docker_engine.images.remove(img.id, force=True)
+    except docker.errors.APIError:  # best effort: a tag elsewhere may still hold it
+        pass
+
+
+def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout_sees_it(
+        pushed, derived_image, creds, cosign_keys, tmp_path, restore_record, docker_engine):
+    t, res = pushed
+    a = res["digest"]
+    tr, _ = _repo_copy(pushed, "gpuforge/rollback")
+    _sign(tr, a, gpu_fixture(res["report"]), cosign_keys)
+    _promote(tr, "dev", cosign_keys)
+    _promote(tr, "prod", cosign_keys)
+    # B: another image of the same target
+    records.update(t.id, image_id=derived_image)
+    with pytest.raises(PromotionRefused, match=r"already holds .* version tags are immutable: pass --replace"):
+        promote.push_targets([tr])
+    [pb] = promote.push_targets([tr], replace=True)
+    b = pb["digest"]
+    assert b != a and records.get(t.id)["replaced"][-1]["from"] == a
+    _sign(tr, b, _fixture_rep(res["report"], "the default image's run, for the derived image", derived_image), cosign_keys)
+    _sign(tr, b, gpu_fixture(res["report"], derived_image), cosign_keys)
+    # a version tag never moves without --replace; nothing moves at all
+    msg = _refused(tr, "version tag\\(s\\) .*-dev .*immutable: pass --replace", cosign_keys, env="dev")
+    assert a[:19] in msg
+    _promote(tr, "dev", cosign_keys, replace=True)
+    prod = _promote(tr, "prod", cosign_keys, replace=True)
+    assert prod["replaced"] == [f"{tr.tag}-prod", "2.7.1-cu126-debian12-runtime-wheels"]
+    assert all(_digest(tr.registry, tr.repository, tg) == b for tg in _env_tags(tr, "prod"))
+    # rollback prod one step, from the CLI, timed
+    m = _matrix(tmp_path, tr.registry, "gpuforge/rollback")
+    t0 = time.monotonic()
+    r = gpuforge("--matrix", str(m), "rollback", "--env", "prod", tr.id, "--steps", "1", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+    seconds = time.monotonic() - t0
+    print(f"\nrollback of prod (CLI, evidence re-verified, 3 tags): {seconds:.1f} s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert seconds < 60
+    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
+    assert all(_digest(tr.registry, tr.repository, tg) == b for tg in _env_tags(tr, "dev"))
+    # a second checkout, with no local state at all, sees the same
+    second = checkout_snapshot(ROOT, tmp_path / "second")
+    m2 = matrix_copy(second, second / "matrix.yaml", tr.registry, "gpuforge/rollback")
+    state = tmp_path / "empty-state"
+    state.mkdir()
+    env2 = {"GPUFORGE_STATE_DIR": str(state), "GPUFORGE_LOG_DIR": str(state / "logs"), "PYTHONPATH": ""}
+    run2 = [sys.executable, "-m", "gpuforge", "--matrix", str(m2)]
+
+    def in_second(*args):
+        return subprocess.run([*run2, *args], cwd=second, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env2})
+
+    r = in_second("status", tr.id, "--env", "prod", "--key", cosign_keys["pub"], "--json")
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)
+    assert row["digest"] == a and row["promotion"]["kind"] == "rollback" and row["local"] is None
+    assert row["evidence"]["green"] and row["evidence"]["gpu"]["model"] == "NVIDIA H200"
+    r = in_second("status", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
+    assert "promoted: rollback" in r.stdout and "GPU green on NVIDIA H200" in r.stdout, r.stdout
+    r = in_second("history", tr.id, "--env", "prod", "--key", cosign_keys["pub"], "--json")
+    assert r.returncode == 0, r.stderr
+    done = [x for x in json.loads(r.stdout)["records"] if x["phase"] == "done"]
+    assert [(x["kind"], x["digest"]) for x in done] == [("promote", a), ("promote", b), ("rollback", a)]
+    assert done[1]["replaced"] and done[2]["rollback_to_seq"] == done[0]["seq"]
+    r = in_second("history", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
+    assert r.returncode == 0 and "3 promotion(s)" in r.stdout and "back to #" in r.stdout, r.stdout + r.stderr
+    # a rollback re-verifies: B's newest statement turned red, and going back to B is refused
+    red = _fixture_rep(res["report"], "red, for the derived image", derived_image)
+    next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
+    _sign(tr, b, red, cosign_keys)
+    with pytest.raises(PromotionRefused, match="is not evidence: failed: test_root_login_refused"):
+        rollback.rollback(tr, env="prod", to=b, steps=None, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+    with pytest.raises(PromotionRefused, match="was never promoted"):
+        rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+    with pytest.raises(ConfigError, match="not both"):
+        rollback.rollback(tr, env="prod", to=a, steps=1, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
 
 
 def test_base_is_pulled_from_a_registry(default_build, open_registry, docker_engine):

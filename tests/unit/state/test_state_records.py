@@ -11,8 +11,7 @@ import pytest
 
 from gpuforge import cli
 from gpuforge.errors import StateError
-from gpuforge.state import files, promotions, records
-from gpuforge.state.models import PromotionRecord
+from gpuforge.state import files, records
 
 IMG = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
@@ -72,7 +71,7 @@ def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, mak
 
     state.mkdir()
     make(state / "builds.json")
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry: records.require(targets[0].id))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: records.require(targets[0].id))
     rc = cli.main(["push"])
     err = capsys.readouterr().err
     assert rc == 8 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -160,7 +159,7 @@ def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypa
     assert "read-only file system" in _one_line(e.value, mountpoint / "state")
     from gpuforge.publish import promote
 
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry: records.update(targets[0].id, image_id=OTHER))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: records.update(targets[0].id, image_id=OTHER))
     assert cli.main(["push"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gpuforge: error: {mountpoint / 'state'}") and "read-only" in err, err
@@ -178,16 +177,3 @@ def test_full_disk_leaves_the_previous_report_set_whole(mountpoint):
     assert (mountpoint / "reports" / "t" / "report.json").read_bytes() == b'{"green": true}\n'
     assert (mountpoint / "reports" / "t" / "report.md").read_bytes() == b"GREEN\n"
     assert sorted(p.name for p in (mountpoint / "reports" / "t").iterdir()) == ["report.json", "report.md"]
-
-
-def test_promotion_records_keep_intent_and_done(state):
-    rec = PromotionRecord(id="run1-t", target="t", env="dev", digest=IMG, tags_planned=["r:t-dev", "r:latest-dev"],
-                          previous={"r:t-dev": None, "r:latest-dev": OTHER}, run_id="run1", time=promotions.now())
-    promotions.save(rec)
-    assert [p.id for p in promotions.unfinished("t")] == ["run1-t"]
-    promotions.save(rec.model_copy(update={"state": "done", "tags_moved": rec.tags_planned}))
-    assert promotions.unfinished() == [] and promotions.get("run1-t").tags_moved == ["r:t-dev", "r:latest-dev"]
-    (state / "promotions.json").write_text('{"schema_version": 1, "promotions": [{"id": "x", "state": "half"}]}')
-    with pytest.raises(StateError) as e:
-        promotions.load()
-    assert "promotions.0" in _one_line(e.value, state / "promotions.json")

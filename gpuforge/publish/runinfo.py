@@ -1,0 +1,41 @@
+"""Who is signing: this run's id, the checkout's git revision, the host. Written into every statement
+gpuforge signs (validation runs, promotion records) so status and history can say where a decision came from."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import socket
+import subprocess
+
+from gpuforge import __version__, paths
+from gpuforge.engine import containers
+from gpuforge.errors import ConfigError
+from gpuforge.state.promotions import RunInfo
+
+
+@functools.cache
+def _git() -> tuple[str | None, bool | None]:
+    try:
+        root = paths.project_root()
+    except ConfigError:
+        return None, None
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        if rev.returncode != 0:
+            return None, None
+        st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, timeout=30)
+        return rev.stdout.strip(), bool(st.stdout.strip()) if st.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+
+
+def current() -> RunInfo:
+    rev, dirty = _git()
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return RunInfo(id=containers.run_id(), git_revision=rev, git_dirty=dirty, gpuforge_version=__version__,
+                   host=socket.gethostname(), user=user)

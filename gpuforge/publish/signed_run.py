@@ -1,0 +1,73 @@
+"""`gpuforge validate --attest`: validate pushed targets and sign each run's result onto the pushed digest
+in the same process, from the report as this run holds it (gpuforge.validate.pytest_run's `on_report`),
+before any copy of it reaches reports/. Green, red and partial runs are all signed: the newest signed
+statement on a digest decides promotion, so a red run after a green one blocks it.
+
+The run must know the digest it proves, so it validates after `gpuforge push` (it refuses otherwise) and
+checks first that the registry's manifest at that digest is the very image it is about to validate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from pathlib import Path
+
+from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.plan.matrix import Target
+from gpuforge.publish import attest, runinfo
+from gpuforge.publish.promote import ref_for
+from gpuforge.publish.registry import Registry
+from gpuforge.state import records
+from gpuforge.validate import pytest_run
+from gpuforge.validate import sbom as cyclonedx
+
+
+def pushed_ref(t: Target, registry: str | None) -> str:
+    """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
+    rec = records.require(t.id)
+    if not rec.get("digest"):
+        msg = (f"{t.id}: validate --attest signs onto the pushed digest, and {t.id} was never pushed: run "
+               f"`gpuforge push {t.id}` first")
+        raise PromotionRefused(msg)
+    pushed = ref_for(t, registry)
+    host, repo = pushed.registry, pushed.repository
+    m = Registry(host).manifest(repo, rec["digest"])
+    if m is None or m.config_digest != rec["image_id"]:
+        msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
+               f"built image {rec['image_id'][:19]}; push it again")
+        raise RegistryError(msg)
+    return f"{host}/{repo}@{rec['digest']}"
+
+
+def statement(rep: dict, ref: str) -> dict:
+    """The validation predicate: the run's report plus who signed it, and that it was signed in the run."""
+    info = runinfo.current().model_dump(mode="json")
+    return {**rep, "run": {**info, "signed_in_run": True, "subject": ref,
+                           "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}}
+
+
+def sign_report(ref: str, rep: dict, *, key: str | None, inventory: dict | None = None, os_name: str = "") -> None:
+    """Sign one run's report (and the image's inventory) onto `ref`. The only signing path for evidence."""
+    attest.attest_data(ref, statement(rep, ref), attest.VALIDATION_TYPE, key=key)
+    if inventory:
+        attest.attest_data(ref, inventory, attest.INVENTORY_TYPE, key=key)
+        with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
+            cdx = cyclonedx.write(Path(d) / "sbom.cdx.json", target_id=inventory["target"],
+                                  image_id=inventory["image_id"], os_name=os_name,
+                                  inventory={k: v for k, v in inventory.items() if k not in ("target", "image_id")})
+            attest.attest(ref, cdx, "cyclonedx", key=key)
+
+
+def validate_and_attest(targets: list[Target], *, reports: Path, key: str | None, registry: str | None = None,
+                        pytest_args: str = "", gpu: bool = False, gpu_request: str = "nvidia") -> int:
+    refs = {t.id: pushed_ref(t, registry) for t in targets}  # every refusal before the first check runs
+
+    def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+        sign_report(refs[t.id], rep, key=key, inventory=inventory if not gpu else None, os_name=t.os)
+        verdict = "green" if rep.get("green") else "NOT green"
+        print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
+              flush=True)
+
+    return pytest_run.validate_targets(targets, reports=reports, pytest_args=pytest_args, gpu=gpu,
+                                       gpu_request=gpu_request, on_report=sign)

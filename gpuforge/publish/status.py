@@ -1,0 +1,151 @@
+"""`gpuforge status` and `gpuforge history`: what each environment holds, read from the registry (tags,
+signed promotion records, signed validation statements), so any checkout or runner sees the same."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gpuforge.errors import ConfigError
+from gpuforge.plan.matrix import Target
+from gpuforge.publish import attest, history
+from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary, ref_for
+from gpuforge.publish.registry import Registry
+from gpuforge.state import records
+from gpuforge.state.promotions import PromotionRecord
+from gpuforge.validate import evidence
+
+ENVS = ("dev", "prod")
+
+
+def _verifier(key: str | None) -> attest.Verifier:
+    v = attest.Verifier.from_env(key)
+    if v is None:
+        msg = ("status and history read signed records: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
+               "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER")
+        raise ConfigError(msg)
+    return v
+
+
+def evidence_summary(ref: str, verifier: attest.Verifier) -> dict:
+    """The newest signed validation statement on `ref` (registry order), and the newest GPU one."""
+    signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
+    if not signed:
+        return {"signed": 0, "green": False, "gpu": None}
+    newest = signed[-1].predicate
+    gpu_runs = [s.predicate for s in signed if _is_gpu_run(s.predicate)]
+    out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": _when(newest),
+           "run": (newest.get("run") or {}).get("id"), "gpu": None}
+    if gpu_runs:
+        model, driver = gpu_summary(gpu_runs[-1])
+        out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
+                      "validated_at": _when(gpu_runs[-1])}
+    return out
+
+
+def _record_json(r: PromotionRecord) -> dict:
+    return {"seq": r.seq, "phase": r.phase, "kind": r.kind, "id": r.id, "digest": r.digest, "at": r.at,
+            "moved": r.moved if r.phase == "done" else r.tags, "prior": r.prior, "replaced": r.replaced,
+            "allow_no_gpu": r.allow_no_gpu, "resumed": r.resumed, "rollback_to_seq": r.rollback_to_seq,
+            "run": r.run.id, "git_revision": r.run.git_revision, "git_dirty": r.run.git_dirty, "host": r.run.host,
+            "evidence": r.evidence.model_dump(mode="json")}
+
+
+def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | None, key: str | None) -> list[dict]:
+    verifier = _verifier(key)
+    found: dict[tuple[str, str], tuple] = {}
+    out = []
+    for t in targets:
+        pushed = ref_for(t, registry)
+        host, repo, tag = pushed.registry, pushed.repository, pushed.tag
+        reg = Registry(host)
+        if (host, repo) not in found:
+            found[(host, repo)] = history.all_records(reg, repo, verifier)
+        rec = records.get(t.id) or {}
+        for env in envs:
+            h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[(host, repo)])
+            tags = {tg: (m.digest if (m := reg.manifest(repo, tg)) else None) for tg in env_tags(t, tag, env)}
+            at = tags[f"{tag}-{env}"]
+            done = h.done()
+            last = next((r for r in reversed(done) if r.digest == at), None)
+            local = rec.get("digest")
+            row = {"target": t.id, "env": env, "repository": f"{host}/{repo}", "tags": tags, "digest": at,
+                   "promotion": _record_json(last) if last else None,
+                   "interrupted": _record_json(i) if (i := h.interrupted()) else None,
+                   "evidence": evidence_summary(f"{host}/{repo}@{at}", verifier) if at else None,
+                   "local": {"digest": local, "image_id": rec.get("image_id"),
+                             "differs": bool(at) and local is not None and local != at} if rec else None,
+                   "history_length": len(done), "warnings": h.warnings}
+            out.append(row)
+    return out
+
+
+def _short(d: str | None) -> str:
+    return d[:19] if d else "none"
+
+
+def _text(row: dict) -> list[str]:
+    lines = [f"{row['target']} [{row['env']}] {row['repository']}"]
+    lines.append("  tags: " + ", ".join(f"{tg} -> {_short(d)}" for tg, d in row["tags"].items()))
+    p = row["promotion"]
+    if p:
+        rev = (p["git_revision"] or "unknown")[:12] + (" (dirty)" if p["git_dirty"] else "")
+        lines.append(f"  promoted: {p['kind']} #{p['seq']} at {p['at']} by run {p['run']} (git {rev}) on {p['host']}"
+                     f"{'; WITHOUT GPU evidence (--allow-no-gpu)' if p['allow_no_gpu'] else ''}"
+                     f"{'; replaced ' + ', '.join(p['replaced']) if p['replaced'] else ''}")
+    elif row["digest"]:
+        lines.append("  promoted: no signed promotion record for this digest (moved outside gpuforge?)")
+    ev = row["evidence"]
+    if ev:
+        gpu = ev["gpu"]
+        gpu_s = (f"GPU {'green' if gpu['green'] else 'RED'} on {gpu['model'] or 'unknown GPU'}"
+                 f"{' driver ' + gpu['driver'] if gpu['driver'] else ''} ({gpu['validated_at']})") if gpu else "no GPU evidence"
+        lines.append(f"  evidence: {'GREEN' if ev['green'] else 'NOT GREEN'} (newest of {ev['signed']} signed run(s), "
+                     f"{ev.get('validated_at')}); {gpu_s}")
+    loc = row["local"]
+    if loc is None:
+        lines.append("  local build: none in this checkout")
+    elif row["digest"]:
+        lines.append(f"  local build: {'DIFFERS: ' + _short(loc['digest']) if loc['differs'] else 'same digest'}"
+                     if loc["digest"] else "  local build: not pushed from this checkout")
+    i = row["interrupted"]
+    if i:
+        lines.append(f"  INTERRUPTED {i['kind']} {i['id'][:12]} at {i['at']}: planned {', '.join(i['moved'])} -> "
+                     f"{_short(i['digest'])}; the next promote/rollback completes it")
+    lines += [f"  warning: {w}" for w in row["warnings"]]
+    return lines
+
+
+def status(targets: list[Target], *, env: str | None, registry: str | None, key: str | None, as_json: bool) -> int:
+    rows = collect(targets, envs=(env,) if env else ENVS, registry=registry, key=key)
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write("\n".join(line for r in rows for line in _text(r)) + "\n")
+    return 0
+
+
+def show_history(t: Target, *, env: str, registry: str | None, key: str | None, as_json: bool) -> int:
+    verifier = _verifier(key)
+    pushed = ref_for(t, registry)
+    host, repo = pushed.registry, pushed.repository
+    h = history.load(Registry(host), repo, verifier, target=t.id, env=env)
+    rows = [_record_json(r) for r in h.records]
+    if as_json:
+        print(json.dumps({"target": t.id, "env": env, "records": rows, "warnings": h.warnings}, indent=2, sort_keys=True))
+        return 0
+    print(f"{t.id} [{env}] {host}/{repo}: {len(h.done())} promotion(s)")
+    for r in rows:
+        if r["phase"] == "intent" and any(o["id"] == r["id"] and o["phase"] == "done" for o in rows):
+            continue  # an intent completed by its done record: one line per promotion
+        what = "INTERRUPTED " + r["kind"] if r["phase"] == "intent" else r["kind"]
+        extra = [*(["WITHOUT GPU evidence"] if r["allow_no_gpu"] else []), *(["resumed"] if r["resumed"] else []),
+                 *([f"replaced {', '.join(r['replaced'])}"] if r["replaced"] else []),
+                 *([f"back to #{r['rollback_to_seq']}"] if r["rollback_to_seq"] is not None else [])]
+        gpu = r["evidence"].get("gpu_model")
+        print(f"#{r['seq']:<3} {r['at']}  {what:<9} {r['digest'][:19]}  {', '.join(r['moved'])}  "
+              f"(run {r['run']}, git {(r['git_revision'] or 'unknown')[:12]}, {gpu or 'no GPU'})"
+              f"{'  [' + '; '.join(extra) + ']' if extra else ''}")
+    for w in h.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
