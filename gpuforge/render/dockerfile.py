@@ -99,6 +99,11 @@ def pip_tools(t: Target) -> list[str]:
     return [*image_spec()["pip"], *t.settings.pip_packages]
 
 
+def metrics_tools() -> list[str]:
+    """What the metrics mode imports (image.yaml `metrics:`), declared in its own step after the torch layer."""
+    return list(image_spec().get("metrics", []))
+
+
 def constraints(t: Target) -> str:
     """Every package's exact version: compat's CUDA wheels, then the Python + torch lock (gpuforge/render/locks.py)."""
     pinned = dict(sorted(t.variant.nvidia_pins.items()))
@@ -118,7 +123,7 @@ def render_target(t: Target) -> dict[str, bytes]:
     apt = sorted({*spec["apt"]["common"], *(spec["apt"]["devel"] if t.flavor == "devel" else []),
                   *t.settings.apt_packages})
     dockerfile = _env().get_template("Dockerfile.j2").render(
-        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), labels=labels(t), uv=spec["uv"],
+        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(), labels=labels(t), uv=spec["uv"],
         dist=f"images/dist/{t.id}")
     return {
         "Dockerfile": dockerfile.encode(),
