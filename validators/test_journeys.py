@@ -164,7 +164,8 @@ def test_jupyter_makes_no_outbound_calls(image):
 
 PIP_SCRIPT = r"""
 pip install --no-index /wheels/jprobe-1.0-py3-none-any.whl > /tmp/pip1.log 2>&1 || { echo "PIP_FAILED $(tail -1 /tmp/pip1.log)"; exit 3; }
-python -c "import json, jprobe, torch, os; print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
+python -c "import json, jprobe, torch, os
+print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
 pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n' ' ' < /tmp/check.log)"
 if pip install --no-index --find-links /wheels jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
 python -c "import torch; print('TORCH_AFTER', torch.__version__)"
@@ -208,7 +209,8 @@ def test_kubeflow_notebook_contract(image, target):
     env = {"NB_PREFIX": PREFIX, "GPUFORGE_JUPYTER_NO_TOKEN": "1"}
     with _jupyter(image, None, env=env, tmpfs={f"/home/{target.user}": f"uid={target.uid},mode=0755"}) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
-        wait_http(f"{url}{PREFIX}/api/status", running=c, timeout=90)
+        wait_http(f"{url}{PREFIX}/api/status", running=c, timeout=90, ok=(200, 404))  # up, wherever it serves
+        api = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
         lab = requests.get(f"{url}{PREFIX}/lab", timeout=30)
         beside = requests.get(f"{url}/lab", timeout=30, allow_redirects=False)
         time.sleep(3)
@@ -216,6 +218,7 @@ def test_kubeflow_notebook_contract(image, target):
         home = c.container.exec_run(["sh", "-c", 'test -w "$HOME" && echo "$HOME"'], user=str(target.uid)).output.decode().strip()
         logs = c.logs()
         uids = _uids(c, "jupyter")
+    assert api.status_code == 200, f"GET {PREFIX}/api/status answered {api.status_code}: the API is not served under NB_PREFIX"
     assert lab.status_code == 200, f"GET {PREFIX}/lab answered {lab.status_code}: not served under NB_PREFIX"
     assert beside.status_code == 404, f"GET /lab answered {beside.status_code}: served beside NB_PREFIX"
     assert uids == {str(target.uid)}, f"jupyter runs as uids {uids}"

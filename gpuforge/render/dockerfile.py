@@ -123,7 +123,8 @@ def render_target(t: Target) -> dict[str, bytes]:
     apt = sorted({*spec["apt"]["common"], *(spec["apt"]["devel"] if t.flavor == "devel" else []),
                   *t.settings.apt_packages})
     dockerfile = _env().get_template("Dockerfile.j2").render(
-        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(), labels=labels(t), uv=spec["uv"],
+        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(), labels=labels(t),
+        uv=spec["uv"],
         dist=f"images/dist/{t.id}")
     return {
         "Dockerfile": dockerfile.encode(),

@@ -23,7 +23,6 @@ import statistics
 import sys
 import threading
 import time
-
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.core import Metric
@@ -118,7 +117,8 @@ class Nvml:
                 ev = self.nv.nvmlEventSetWait_v2(self.events, 0)
             except nv.NVMLError:
                 return  # timeout: no more events
-            idx = next((i for i, h in enumerate(self.handles) if _text(nv.nvmlDeviceGetUUID(h)) == _text(nv.nvmlDeviceGetUUID(ev.device))), None)
+            uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
+            idx = next((i for i, h in enumerate(self.handles) if _text(nv.nvmlDeviceGetUUID(h)) == uuid), None)
             if idx is not None:
                 self.last_xid[idx] = int(ev.eventData)
 

@@ -97,6 +97,36 @@ BROKEN = [
 ]
 
 
+ENTRYPOINT = "/usr/local/bin/gpuforge-entrypoint"
+JCONF = "/etc/jupyter/jupyter_server_config.py"
+PIP_USER = "test_journeys.py::test_pip_install_as_the_user_offline[default-user]"
+BROKEN += [  # the image's users (#19): each journey's validator fails for its own reason
+    ("login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
+     "test_journeys.py::test_login_shell_has_the_venv", "not the venv's"),
+    ("ssh-login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
+     "test_journeys.py::test_ssh_pty_login_gets_the_image_environment", "not the venv's"),
+    ("ssh-no-local-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding local/AllowTcpForwarding no/' {SSHD}", "USER 1000"],
+     "test_journeys.py::test_ssh_local_forward_reaches_the_container_loopback", "did not answer"),
+    ("ssh-forward-anywhere", ["USER root", f"RUN sed -i '/^PermitOpen/d' {SSHD}", "USER 1000"],
+     "test_journeys.py::test_ssh_forwarding_beyond_loopback_and_remote_refused", "(not loopback) was forwarded"),
+    ("jupyter-lab-as-an-argument", ["USER root", f"RUN sed -i 's/^        lab | server) app=/        server) app=/' {ENTRYPOINT}", "USER 1000"],
+     "test_journeys.py::test_jupyter_lab_as_the_command", "exited before"),
+    ("jupyter-announcements-on", ["USER root", "RUN rm /etc/jupyter/labconfig/page_config.json", "USER 1000"],
+     "test_journeys.py::test_jupyter_makes_no_outbound_calls", "announcements plugin enabled"),
+    ("pip-blocked", ["USER root", "RUN sed -i 's/^include-system-site-packages = true/include-system-site-packages = false/' /opt/venv/pyvenv.cfg",
+                     "USER 1000"], PIP_USER, "pip install as the user failed"),
+    ("pip-unconstrained", ["ENV PIP_CONSTRAINT="], PIP_USER, "pip swapped torch"),
+    ("nb-prefix-ignored", ["USER root", f"RUN sed -i '/NB_PREFIX/d' {JCONF}", "USER 1000"],
+     "test_journeys.py::test_kubeflow_notebook_contract", "not served under NB_PREFIX"),
+    ("home-not-group-writable", ["USER root", "RUN chmod 0755 /home/gpuforge", "USER 1000"],
+     "test_journeys.py::test_arbitrary_uid_with_gid_0", "not in the image's home"),
+    ("no-privsep-dir", ["USER root", "RUN rmdir /run/sshd", "USER 1000"], "test_journeys.py::test_read_only_root_ssh",
+     "exited waiting for /Server listening on/"),
+    ("metrics-down", ["USER root", "RUN printf 'raise SystemExit(3)\\n' > /opt/gpuforge/programs/metrics.py", "USER 1000"],
+     "test_metrics.py::test_metrics_up_with_the_gpu_count", "exited before"),
+]
+
+
 def fake_smi(line: str) -> list[str]:
     """Dockerfile lines giving the image an nvidia-smi that reports `line` (the host the driver checks see),
     and a user who forced the start past the entrypoint's preflight: the validator must still refuse it."""
