@@ -168,6 +168,7 @@ python -c "import json, jprobe, torch, os
 print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
 pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n' ' ' < /tmp/check.log)"
 if pip install --no-index --find-links /wheels jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
+echo "SWAP_LOG $(grep ERROR /tmp/pip2.log | tail -1)"
 python -c "import torch; print('TORCH_AFTER', torch.__version__)"
 """
 
@@ -183,21 +184,29 @@ def wheels(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("how", ["default-user", "openshift-read-only"])
+PIP_AS = {"default-user": {}, "openshift-read-only": {"user": "12345:0", "read_only": True, "tmpfs": {"/tmp": "exec"}},
+          "root": {"user": "root"}}  # root: a derived image's `RUN pip install`, which goes into the venv itself
+
+
+@pytest.mark.parametrize("how", list(PIP_AS))
 def test_pip_install_as_the_user_offline(image, target, wheels, how):
-    """pip install from a local wheel in a network-less container lands in the user's site, keeps `pip check` clean,
-    and the image's constraints refuse a package that would swap torch (a torch wheel is right there)."""
-    kw = {"user": "12345:0", "read_only": True, "tmpfs": {"/tmp": "exec"}} if how == "openshift-read-only" else {}
+    """pip install from a local wheel in a network-less container lands in the user's site (root: the venv), keeps
+    `pip check` clean, and the image's constraints refuse a package that would swap torch (a torch wheel is right
+    there; as root nothing else would stop it)."""
+    kw = PIP_AS[how]
     with _run().container(image, ["bash", "-c", PIP_SCRIPT], network="none",
                           volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}}, **kw) as c:
         rc = c.container.wait(timeout=300)["StatusCode"]
         out = c.logs()
     assert "PIP_FAILED" not in out and rc == 0, f"pip install as the user failed ({how}, exit {rc}): {out[-1500:]}"
     probe = json.loads(next(x for x in out.splitlines() if x.startswith("PROBE ")).split(" ", 1)[1])
-    assert probe["file"].startswith(probe["home"] + "/.local/"), f"installed outside the user's site: {probe}"
+    site = f"{VENV}/lib/" if how == "root" else probe["home"] + "/.local/"
+    assert probe["file"].startswith(site), f"installed outside {site}: {probe}"
     assert probe["torch"] == target.torch
     assert "CHECK_OK" in out, f"pip check after the install: {out[-800:]}"
     assert "SWAP_REFUSED" in out, "pip swapped torch for 2.0.0: the image's constraints (PIP_CONSTRAINT) are not applied"
+    why = next(x for x in out.splitlines() if x.startswith("SWAP_LOG"))
+    assert "ResolutionImpossible" in why, f"the swap was refused, but not by the image's constraints: {why}"
     assert f"TORCH_AFTER {target.torch}" in out, out[-800:]
 
 

@@ -68,7 +68,7 @@ start_ssh() {
     fi
     # Host keys are made here, per container, never baked into the image (under /tmp on a read-only root).
     if [ -w /etc/ssh ]; then ssh-keygen -A >/dev/null; else
-        install -d -m 0700 /tmp/gpuforge-sshd
+        install -d -m 0755 /tmp/gpuforge-sshd  # the keys beside it are read by nobody; the host key file is 0600
         ssh-keygen -q -t ed25519 -N '' -f /tmp/gpuforge-sshd/ssh_host_ed25519_key <<<y >/dev/null
         opts+=(-o HostKey=/tmp/gpuforge-sshd/ssh_host_ed25519_key)
     fi

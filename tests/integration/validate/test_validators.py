@@ -115,7 +115,10 @@ BROKEN += [  # the image's users (#19): each journey's validator fails for its o
      "test_journeys.py::test_jupyter_makes_no_outbound_calls", "announcements plugin enabled"),
     ("pip-blocked", ["USER root", "RUN sed -i 's/^include-system-site-packages = true/include-system-site-packages = false/' /opt/venv/pyvenv.cfg",
                      "USER 1000"], PIP_USER, "pip install as the user failed"),
-    ("pip-unconstrained", ["ENV PIP_CONSTRAINT="], PIP_USER, "pip swapped torch"),
+    # as the user pip itself refuses to shadow the venv's torch; as root (a derived image) only the constraints stop it
+    ("pip-unconstrained", ["ENV PIP_CONSTRAINT="], PIP_USER, "not by the image's constraints"),
+    ("pip-unconstrained-root", ["ENV PIP_CONSTRAINT="], "test_journeys.py::test_pip_install_as_the_user_offline[root]",
+     "pip swapped torch"),
     ("nb-prefix-ignored", ["USER root", f"RUN sed -i '/NB_PREFIX/d' {JCONF}", "USER 1000"],
      "test_journeys.py::test_kubeflow_notebook_contract", "not served under NB_PREFIX"),
     ("home-not-group-writable", ["USER root", "RUN chmod 0755 /home/gpuforge", "USER 1000"],
