@@ -91,13 +91,16 @@ def test_ssh_pty_login_gets_the_image_environment(ssh_server, target, tmp_path, 
 def test_ssh_local_forward_reaches_the_container_loopback(ssh_server, tmp_path, target):
     """`ssh -L PORT:localhost:P` (Jupyter over SSH) reaches a server on the container's own loopback."""
     c = ssh_server.running.container
-    c.exec_run(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8765", "--directory", "/opt/gpuforge"],
-               user=str(target.uid), detach=True)
+    serve = "echo $$ > /tmp/gpuforge-probe.pid; exec python3 -m http.server --bind 127.0.0.1 8765 --directory /opt/gpuforge"
+    c.exec_run(["sh", "-c", serve], user=str(target.uid), detach=True)
     local = free_port()
     argv = ssh_argv(ssh_server, key_file(ssh_server, tmp_path), "-N", "-o", "ExitOnForwardFailure=yes",
                     "-L", f"{local}:localhost:8765")
-    with tunnel(argv, local):
-        r = wait_http(f"http://127.0.0.1:{local}/target.json", timeout=30)
+    try:
+        with tunnel(argv, local):
+            r = wait_http(f"http://127.0.0.1:{local}/target.json", timeout=30)
+    finally:  # the ssh container is shared: leave nothing listening (test_ssh counts the listeners)
+        c.exec_run(["sh", "-c", "kill $(cat /tmp/gpuforge-probe.pid)"], user=str(target.uid))
     assert json.loads(r.text)["id"] == target.id
 
 

@@ -1,6 +1,6 @@
 """images/programs/metrics.py: exact dcgm-exporter names and types in the text it writes, both label sets, the
 info metric, and a machine without a GPU (served as up 0 / 0 GPUs, never a crash). NVML is replaced by fixed
-readings here; the real GPU is measured on the H200 (docs/measurements/metrics-h200.md)."""
+readings here; the real GPU is measured on the H200 (`python images/programs/metrics.py --once`)."""
 
 from __future__ import annotations
 
