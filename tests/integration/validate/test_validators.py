@@ -88,7 +88,7 @@ BROKEN = [
      "test_ssh.py::test_ssh_audit_finds_no_failures", "ssh-audit fail items"),
     ("jupyter-empty-token", ["USER root", "RUN echo 'c.IdentityProvider.token = \"\"' >> /etc/jupyter/jupyter_server_config.py",
                              "USER 1000"], "test_jupyter.py::test_api_refused_without_or_with_a_wrong_token", "answered 200"),
-    ("jupyter-token-on-command-line", ["USER root", "RUN sed -i 's|jupyter lab --config|jupyter lab --IdentityProvider.token=\"$JUPYTER_TOKEN\" --config|' "
+    ("jupyter-token-on-command-line", ["USER root", "RUN sed -i 's|\"$app\" --config|\"$app\" --IdentityProvider.token=\"$JUPYTER_TOKEN\" --config|' "
                                        "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
      "test_jupyter.py::test_token_not_in_process_list_or_logs", "token is on a command line"),
     ("jupyter-extra-listener", ["USER root", "RUN sed -i 's|^start_jupyter() {|start_jupyter() {\\n    /opt/venv/bin/python -m http.server 9999 >/dev/null 2>\\&1 \\&|' "
