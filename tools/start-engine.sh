@@ -21,8 +21,11 @@ fi
 TRIXIE=(docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5)
 
 need=()
+# The user-journey tests' real clients (#19): headless Chromium + its WebDriver (Selenium drives them) and
+# Prometheus 2.42 with promtool; Debian bookworm's own packages.
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
-           openssl:openssl ssh:openssh-client; do
+           openssl:openssl ssh:openssh-client ssh-keygen:openssh-client chromium:chromium chromedriver:chromium-driver \
+           prometheus:prometheus promtool:prometheus; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it
@@ -43,7 +46,8 @@ if [ "${#need[@]}" -gt 0 ] || [ "${#trixie_need[@]}" -gt 0 ]; then
     echo "start-engine: installing ${need[*]} ${trixie_need[*]}"
     apt-get update -q
     # the same install as ENVIRONMENT.md measured (recommends included)
-    [ "${#need[@]}" -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
+    # shellcheck disable=SC2046  # one word per package; the same package may be needed by two commands
+    [ "${#need[@]}" -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
     [ "${#trixie_need[@]}" -eq 0 ] ||
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t trixie --no-install-recommends "${trixie_need[@]}" >/dev/null
 fi

@@ -19,7 +19,9 @@ SSHD_WANT = {
     "permitemptypasswords": "no",
     "hostbasedauthentication": "no",
     "x11forwarding": "no",
-    "allowtcpforwarding": "no",
+    "allowtcpforwarding": "local",  # ssh -L to the container's own loopback only (permitopen), for Jupyter over SSH
+    "permitopen": "localhost:* 127.0.0.1:*",
+    "permitlisten": "none",
     "allowagentforwarding": "no",
     "allowstreamlocalforwarding": "no",
     "permittunnel": "no",

@@ -77,11 +77,13 @@ class Running:
 def container(image: str, command: list[str] | None = None, *, user: str | None = None,
               env: dict[str, str] | None = None, ports: dict[int, int | None] | None = None,
               gpus: bool = False, shm_size: str | None = None, volumes: dict | None = None,
-              sysctls: dict | None = None, gpu_request: str = "nvidia") -> Iterator[Running]:
+              sysctls: dict | None = None, gpu_request: str = "nvidia", read_only: bool = False,
+              tmpfs: dict[str, str] | None = None, network: str | None = None) -> Iterator[Running]:
     """Start `image` detached; always remove it afterwards.
 
     `ports` maps container port -> host port on 127.0.0.1 (None: any free port).
     `gpus=True` gives the container every GPU, asked for as `gpu_request` says (see gpu_device_request).
+    `read_only`, `tmpfs` ({path: options}) and `network` ("none") are `docker run`'s --read-only, --tmpfs, --network.
     """
     c = engine.client()
     kwargs: dict = {
@@ -100,6 +102,12 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
         kwargs["volumes"] = volumes
     if sysctls:
         kwargs["sysctls"] = sysctls
+    if read_only:
+        kwargs["read_only"] = True
+    if tmpfs:
+        kwargs["tmpfs"] = tmpfs
+    if network:
+        kwargs["network_mode"] = network
     try:
         cont = c.containers.create(image, command, **kwargs)
     except docker.errors.ImageNotFound:

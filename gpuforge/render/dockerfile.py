@@ -21,7 +21,7 @@ from gpuforge.plan import grammar
 from gpuforge.plan.matrix import Target
 from gpuforge.render import locks
 from gpuforge.render.labels import expected_labels
-from gpuforge.render.packages import image_spec, pip_tools
+from gpuforge.render.packages import image_spec, metrics_tools, pip_tools
 
 PER_TARGET = ("Dockerfile", "target.json", "constraints.txt")
 
@@ -107,7 +107,8 @@ def render_target(t: Target) -> dict[str, bytes]:
     apt = sorted({*spec["apt"]["common"], *(spec["apt"]["devel"] if t.flavor == "devel" else []),
                   *t.settings.apt_packages})
     dockerfile = _env().get_template("Dockerfile.j2").render(
-        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), labels=labels(t), uv=spec["uv"],
+        t=t, s=t.settings, v=t.variant, apt_packages=apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(), labels=labels(t),
+        uv=spec["uv"],
         dist=f"images/dist/{t.id}")
     return {
         "Dockerfile": dockerfile.encode(),

@@ -81,7 +81,8 @@ def image_inputs(targets: list) -> dict[str, list[str]]:
         name = f"image-py{t.python.replace('.', '')}-torch{v.torch.replace('.', '')}"
         groups.setdefault(name, set()).update({
             f"# python {t.python}", f"torch=={v.torch}", f"torchvision=={v.torchvision}", f"torchaudio=={v.torchaudio}",
-            f"triton=={v.triton}", f"uv=={packages.image_spec()['uv']}", *packages.pip_tools(t)})
+            f"triton=={v.triton}", f"uv=={packages.image_spec()['uv']}", *packages.pip_tools(t),
+            *packages.metrics_tools()})
     return {k: sorted(v) for k, v in sorted(groups.items())}
 
 

@@ -21,3 +21,8 @@ def image_spec() -> dict:
 def pip_tools(t) -> list[str]:
     """What the image pip-installs besides torch (exact pins, from image.yaml and the target's settings)."""
     return [*image_spec()["pip"], *t.settings.pip_packages]
+
+
+def metrics_tools() -> list[str]:
+    """What the metrics mode imports (image.yaml `metrics:`), declared in its own step after the torch layer."""
+    return list(image_spec().get("metrics", []))

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gpuforge image entrypoint, run under tini (PID 1). Checks the host driver first, then runs one mode:
-#   shell (default) | jupyter | ssh | selftest | any command
+#   shell (default) | jupyter [lab|notebook|server] | ssh | metrics | selftest | any command
+# `jupyter lab|notebook|server ARGS` as people type it runs the jupyter mode; NB_PREFIX (Kubeflow) with no
+# command starts it too. GPUFORGE_METRICS_PORT=PORT serves GPU metrics beside any mode.
 set -euo pipefail
 
 GPUFORGE_HOME=/opt/gpuforge
@@ -17,34 +19,143 @@ preflight() {
     PYTHONPATH="$GPUFORGE_HOME/lib" /opt/venv/bin/python -m gpuforge.image.preflight --target "$GPUFORGE_HOME/target.json"
 }
 
+# The container's own CUDA/NVIDIA/Python variables for ssh sessions (sshd resets the environment): one SetEnv
+# on sshd's command line, which wins over the config file's. Values with blanks or quotes are left out.
+ssh_setenv() {
+    local out="PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin" name value
+    while IFS='=' read -r name value; do
+        case "$name" in
+            LD_LIBRARY_PATH | NVIDIA_* | CUDA_* | NCCL_* | TORCH* | TRITON_* | PIP_CONSTRAINT | GPUFORGE_TARGET | HF_*) ;;
+            *) continue ;;
+        esac
+        case "$value" in *[[:space:]\'\"\\]* | "") continue ;; esac
+        out="$out $name=$value"
+    done < <(env)
+    printf '%s' "$out"
+}
+
 start_ssh() {
     [ "$(id -u)" = 0 ] || die "ssh mode starts sshd, which must start as root: docker run --user root IMAGE ssh (logins are for ${USER_NAME} only; root login is refused)"
     local keys_file="${SSH_AUTHORIZED_KEYS_FILE:-/etc/gpuforge/authorized_keys}"
-    local home
+    local home forwarding="${GPUFORGE_SSH_FORWARDING:-local}"
+    local -a opts=(-o "SetEnv=$(ssh_setenv)")
+    case "$forwarding" in
+        local) ;;  # sshd_config: local forwarding to the container's own loopback only (PermitOpen)
+        none) opts+=(-o AllowTcpForwarding=no) ;;
+        *) die "GPUFORGE_SSH_FORWARDING=$forwarding: allowed local (ssh -L to the container's loopback, the default) or none" ;;
+    esac
     home="$(getent passwd "$USER_NAME" | cut -d: -f6)"
-    install -d -m 0700 -o "$USER_NAME" -g "$USER_NAME" "$home/.ssh"
-    {
+    local keys
+    keys="$(
         if [ -n "${SSH_AUTHORIZED_KEYS:-}" ]; then printf '%s\n' "$SSH_AUTHORIZED_KEYS"; fi
         if [ -s "$keys_file" ]; then cat "$keys_file"; fi
-    } > "$home/.ssh/authorized_keys"
-    [ -s "$home/.ssh/authorized_keys" ] || die "ssh mode needs a public key: set SSH_AUTHORIZED_KEYS or mount one at $keys_file"
-    chown "$USER_NAME:$USER_NAME" "$home/.ssh/authorized_keys"
-    chmod 0600 "$home/.ssh/authorized_keys"
-    # Host keys are made here, per container, never baked into the image.
-    ssh-keygen -A >/dev/null
-    install -d -m 0755 /run/sshd
-    echo "gpuforge: sshd listening on port 22 for ${USER_NAME}"
-    exec /usr/sbin/sshd -D -e "$@"
+    )"
+    [ -n "$keys" ] || die "ssh mode needs a public key: set SSH_AUTHORIZED_KEYS or mount one at $keys_file"
+    if [ -w "$home" ]; then
+        # StrictModes refuses keys under a group-writable home (the image makes it g+w for OpenShift's gid 0)
+        chmod g-w,o-w "$home"
+        install -d -m 0700 -o "$USER_NAME" -g "$USER_NAME" "$home/.ssh"
+        printf '%s\n' "$keys" > "$home/.ssh/authorized_keys"
+        chown "$USER_NAME:$USER_NAME" "$home/.ssh/authorized_keys"
+        chmod 0600 "$home/.ssh/authorized_keys"
+    else
+        # a read-only root: the keys live under /tmp (root's, read-only to others), handed to sshd by a command
+        install -d -m 0755 /tmp/gpuforge-sshd
+        printf '%s\n' "$keys" > /tmp/gpuforge-sshd/authorized_keys
+        chmod 0644 /tmp/gpuforge-sshd/authorized_keys
+        opts+=(-o "AuthorizedKeysCommand=/bin/cat /tmp/gpuforge-sshd/authorized_keys" -o AuthorizedKeysCommandUser=nobody
+               -o PidFile=none)
+    fi
+    # Host keys are made here, per container, never baked into the image (under /tmp on a read-only root).
+    if [ -w /etc/ssh ]; then ssh-keygen -A >/dev/null; else
+        install -d -m 0755 /tmp/gpuforge-sshd  # the keys beside it are read by nobody; the host key file is 0600
+        ssh-keygen -q -t ed25519 -N '' -f /tmp/gpuforge-sshd/ssh_host_ed25519_key <<<y >/dev/null
+        opts+=(-o HostKey=/tmp/gpuforge-sshd/ssh_host_ed25519_key)
+    fi
+    [ -d /run/sshd ] || install -d -m 0755 /run/sshd
+    echo "gpuforge: sshd listening on port 22 for ${USER_NAME} (tcp forwarding: ${forwarding})"
+    exec /usr/sbin/sshd -D -e "${opts[@]}" "$@"
 }
 
+# HOME for whoever runs: an arbitrary uid (OpenShift: --user 12345:0) has no passwd entry and gets HOME=/;
+# it then uses the image's home, which is group-writable for gid 0. A home nobody may write (a read-only
+# root, a volume owned by someone else) is replaced by one under /tmp, said in ONE line.
+ensure_home() {
+    local image_home="/home/${USER_NAME}"
+    if [ -z "${HOME:-}" ] || [ "$HOME" = / ]; then HOME="$image_home"; fi
+    if ! { [ -d "$HOME" ] && [ -w "$HOME" ] && [ -x "$HOME" ]; }; then
+        local fallback
+        fallback="/tmp/gpuforge-home-$(id -u)"
+        mkdir -p "$fallback" 2>/dev/null || die "HOME $HOME is not writable by uid $(id -u) and /tmp is not writable either: mount a writable volume at $HOME (or --tmpfs /tmp)"
+        echo "gpuforge: warning: HOME $HOME is not writable by uid $(id -u) (owner $(stat -c %u:%g "$HOME" 2>/dev/null || echo none)); using $fallback, lost with the container: mount a volume the uid may write at $HOME" >&2
+        HOME="$fallback"
+    fi
+    export HOME
+    # pip installs as the user go to ~/.local (the venv sees it); made now so a running kernel sees new packages
+    mkdir -p "$HOME/.local/lib/python$(/opt/venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages" 2>/dev/null || true
+}
+
+# The metrics exporter never runs as root: started by root (ssh mode), it runs as the image's user.
+unprivileged=()
+if [ "$(id -u)" = 0 ]; then
+    unprivileged=(setpriv --reuid="$(id -u "$USER_NAME")" --regid="$(id -g "$USER_NAME")" --init-groups --inh-caps=-all)
+fi
+
+metrics_beside() {
+    [ -n "${GPUFORGE_METRICS_PORT:-}" ] || return 0
+    case "$GPUFORGE_METRICS_PORT" in
+        *[!0-9]* | "") die "GPUFORGE_METRICS_PORT=$GPUFORGE_METRICS_PORT: give a TCP port number (9400 is dcgm-exporter's)" ;;
+    esac
+    [ "$mode" != metrics ] || return 0
+    "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" --port "$GPUFORGE_METRICS_PORT" &
+}
+
+# jupyter [lab|notebook|server] ARGS: the server with the image's config (token, not root, HOME as root dir,
+# no outbound calls). --ip/--port pass through; started as root it drops to the image's user, in one line.
 start_jupyter() {
-    [ "$(id -u)" != 0 ] || die "jupyter mode runs as the non-root user; start the container without --user root"
-    if [ -z "${JUPYTER_TOKEN:-}" ]; then
+    local app=lab arg explicit_token=""
+    case "${1:-}" in
+        lab | server) app="$1"; shift ;;
+        notebook) shift; echo "gpuforge: \`jupyter notebook\` is served by JupyterLab here (the notebook package is not installed): /lab" ;;
+    esac
+    local -a args=()
+    for arg in "$@"; do
+        case "$arg" in
+            --allow-root) ;;  # never needed: the server does not run as root
+            --*token=* | --*Token=*) explicit_token=1; args+=("$arg") ;;
+            *) args+=("$arg") ;;
+        esac
+    done
+    if [ -n "${NB_PREFIX:-}" ]; then
+        case "$NB_PREFIX" in
+            /*) ;;
+            *) die "NB_PREFIX=$NB_PREFIX: must be a URL path starting with / (Kubeflow sets /notebook/NAMESPACE/NAME)" ;;
+        esac
+        case "$NB_PREFIX" in *[!A-Za-z0-9/_.~-]*) die "NB_PREFIX=$NB_PREFIX: only letters, digits and / _ . ~ - are allowed" ;; esac
+    fi
+    if [ "${GPUFORGE_JUPYTER_NO_TOKEN:-}" = 1 ] || { [ -n "${JUPYTER_TOKEN+set}" ] && [ -z "$JUPYTER_TOKEN" ]; }; then
+        export GPUFORGE_JUPYTER_NO_TOKEN=1
+        unset JUPYTER_TOKEN
+        echo "gpuforge: warning: Jupyter runs WITHOUT a token, as asked: put an authenticating proxy in front (Kubeflow does)" >&2
+    elif [ -n "$explicit_token" ]; then
+        echo "gpuforge: the Jupyter token is the one given on the command line (visible to ps; JUPYTER_TOKEN is not)" >&2
+    elif [ -z "${JUPYTER_TOKEN:-}" ]; then
         JUPYTER_TOKEN="$(/opt/venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
         export JUPYTER_TOKEN
         echo "gpuforge: generated Jupyter token (printed once): ${JUPYTER_TOKEN}"
     fi
-    exec /opt/venv/bin/jupyter lab --config=/etc/jupyter/jupyter_server_config.py "$@"
+    local -a cmd=(/opt/venv/bin/jupyter "$app" --config=/etc/jupyter/jupyter_server_config.py "${args[@]}")
+    if [ "$(id -u)" = 0 ]; then
+        local uid
+        uid="$(id -u "$USER_NAME")"
+        echo "gpuforge: started as root: Jupyter runs as ${USER_NAME} (uid ${uid}) instead; --allow-root is not needed" >&2
+        HOME="$(getent passwd "$USER_NAME" | cut -d: -f6)"
+        cd "$HOME"
+        exec setpriv --reuid="$uid" --regid="$(id -g "$USER_NAME")" --init-groups --inh-caps=-all --bounding-set=-all \
+            /usr/bin/env HOME="$HOME" USER="$USER_NAME" "${cmd[@]}"
+    fi
+    cd "$HOME"
+    exec "${cmd[@]}"
 }
 
 # Warm starts (opt-in, images/programs/warm_start.py): Inductor's and Triton's caches on a volume
@@ -62,13 +173,31 @@ warm_start() {
 
 mode="${1:-shell}"
 if [ $# -gt 0 ]; then shift; fi
+# Kubeflow starts the image's default command (CMD shell) with NB_PREFIX set and no terminal: the notebook server
+if [ "$mode" = shell ] && [ $# -eq 0 ] && [ -n "${NB_PREFIX:-}" ]; then
+    echo "gpuforge: NB_PREFIX is set (Kubeflow): starting the jupyter mode under ${NB_PREFIX}"
+    mode=jupyter
+fi
+# `jupyter lab ...`, `jupyter-lab ...`: the jupyter mode; other jupyter subcommands (nbconvert, kernelspec) run as typed
+case "$mode" in
+    jupyter-lab | jupyter-notebook | jupyter-server) set -- "${mode#jupyter-}" "$@"; mode=jupyter ;;
+    jupyter | */jupyter)
+        case "${1:-}" in
+            "" | lab | notebook | server | -*) mode=jupyter ;;
+            *) mode=jupyter-command ;;
+        esac ;;
+esac
 
+if [ "$mode" != ssh ] || [ "$(id -u)" != 0 ]; then ensure_home; fi
 preflight
 warm_start
+metrics_beside
 case "$mode" in
     shell) exec /bin/bash "$@" ;;
     jupyter) start_jupyter "$@" ;;
+    jupyter-command) exec /opt/venv/bin/jupyter "$@" ;;
     ssh) start_ssh "$@" ;;
+    metrics) exec "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" "$@" ;;
     selftest) exec /opt/venv/bin/python "$GPUFORGE_HOME/programs/gpu_smoke.py" "$@" ;;
     *) exec "$mode" "$@" ;;
 esac

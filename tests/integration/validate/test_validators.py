@@ -32,10 +32,10 @@ def test_full_suite_is_green_with_reports(validated):
     assert rep["facts"]["versions"]["torch"] == t.expected().torch
     names = {c["module"] for c in rep["checks"]}
     assert {"test_metadata", "test_versions", "test_security", "test_ssh", "test_jupyter", "test_inductor_cpu",
-            "test_driver", "test_inventory"} <= names
+            "test_driver", "test_inventory", "test_journeys", "test_metrics"} <= names
     skipped = [c for c in rep["checks"] if c["outcome"] == "skipped"]
     # without a GPU only the driver and GPU checks may skip, and they say why
-    assert all(c["module"] in ("test_driver", "test_gpu_smoke") for c in skipped), skipped
+    assert all(c["module"] in ("test_driver", "test_gpu_smoke") or c["name"].startswith("test_gpu_metrics_") for c in skipped), skipped
     assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
     ev = rep["evidence"]
     assert not ev["partial"] and ev["missing"] == [] and set(ev["required"]) == {c["id"] for c in rep["checks"]}
@@ -82,18 +82,51 @@ BROKEN = [
     # root holds a valid key (the validator installs it) and sshd allows root: the login must be tried and succeed
     ("root-login-with-key", ["USER root", f"RUN sed -i 's/^PermitRootLogin no/PermitRootLogin yes/' {SSHD}", "USER 1000"],
      "test_ssh.py::test_root_login_refused", "root logged in over ssh with a valid authorized key"),
-    ("tcp-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding no/AllowTcpForwarding yes/' {SSHD}", "USER 1000"],
+    ("tcp-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding local/AllowTcpForwarding yes/' {SSHD}", "USER 1000"],
      "test_security.py::test_sshd_effective_settings", "'allowtcpforwarding': 'yes'"),
     ("nist-curves-and-sha1", ["USER root", f"RUN sed -i '/^HostKey/d;/^KexAlgorithms/d;/^MACs/d' {SSHD}", "USER 1000"],
      "test_ssh.py::test_ssh_audit_finds_no_failures", "ssh-audit fail items"),
     ("jupyter-empty-token", ["USER root", "RUN echo 'c.IdentityProvider.token = \"\"' >> /etc/jupyter/jupyter_server_config.py",
                              "USER 1000"], "test_jupyter.py::test_api_refused_without_or_with_a_wrong_token", "answered 200"),
-    ("jupyter-token-on-command-line", ["USER root", "RUN sed -i 's|jupyter lab --config|jupyter lab --IdentityProvider.token=\"$JUPYTER_TOKEN\" --config|' "
+    ("jupyter-token-on-command-line", ["USER root", "RUN sed -i 's|\"$app\" --config|\"$app\" --IdentityProvider.token=\"$JUPYTER_TOKEN\" --config|' "
                                        "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
      "test_jupyter.py::test_token_not_in_process_list_or_logs", "token is on a command line"),
     ("jupyter-extra-listener", ["USER root", "RUN sed -i 's|^start_jupyter() {|start_jupyter() {\\n    /opt/venv/bin/python -m http.server 9999 >/dev/null 2>\\&1 \\&|' "
                                 "/usr/local/bin/gpuforge-entrypoint", "USER 1000"],
      "test_jupyter.py::test_only_the_server_port_listens", "listening beyond loopback"),
+]
+
+
+ENTRYPOINT = "/usr/local/bin/gpuforge-entrypoint"
+JCONF = "/etc/jupyter/jupyter_server_config.py"
+PIP_USER = "test_journeys.py::test_pip_install_as_the_user_offline[default-user]"
+BROKEN += [  # the image's users (#19): each journey's validator fails for its own reason
+    ("login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
+     "test_journeys.py::test_login_shell_has_the_venv", "not the venv's"),
+    ("ssh-login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
+     "test_journeys.py::test_ssh_pty_login_gets_the_image_environment", "not the venv's"),
+    ("ssh-no-local-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding local/AllowTcpForwarding no/' {SSHD}", "USER 1000"],
+     "test_journeys.py::test_ssh_local_forward_reaches_the_container_loopback", "did not answer"),
+    ("ssh-forward-anywhere", ["USER root", f"RUN sed -i '/^PermitOpen/d' {SSHD}", "USER 1000"],
+     "test_journeys.py::test_ssh_forwarding_beyond_loopback_and_remote_refused", "(not loopback) was forwarded"),
+    ("jupyter-lab-as-an-argument", ["USER root", f"RUN sed -i 's/^        lab | server) app=/        server) app=/' {ENTRYPOINT}", "USER 1000"],
+     "test_journeys.py::test_jupyter_lab_as_the_command", "exited before"),
+    ("jupyter-announcements-on", ["USER root", "RUN rm /etc/jupyter/labconfig/page_config.json", "USER 1000"],
+     "test_journeys.py::test_jupyter_makes_no_outbound_calls", "announcements plugin enabled"),
+    ("pip-blocked", ["USER root", "RUN sed -i 's/^include-system-site-packages = true/include-system-site-packages = false/' /opt/venv/pyvenv.cfg",
+                     "USER 1000"], PIP_USER, "pip install as the user failed"),
+    # as the user pip itself refuses to shadow the venv's torch; as root (a derived image) only the constraints stop it
+    ("pip-unconstrained", ["ENV PIP_CONSTRAINT="], PIP_USER, "not by the image's constraints"),
+    ("pip-unconstrained-root", ["ENV PIP_CONSTRAINT="], "test_journeys.py::test_pip_install_as_the_user_offline[root]",
+     "pip swapped torch"),
+    ("nb-prefix-ignored", ["USER root", f"RUN sed -i '/NB_PREFIX/d' {JCONF}", "USER 1000"],
+     "test_journeys.py::test_kubeflow_notebook_contract", "not served under NB_PREFIX"),
+    ("home-not-group-writable", ["USER root", "RUN chmod 0755 /home/gpuforge", "USER 1000"],
+     "test_journeys.py::test_arbitrary_uid_with_gid_0", "not in the image's home"),
+    ("no-privsep-dir", ["USER root", "RUN rmdir /run/sshd", "USER 1000"], "test_journeys.py::test_read_only_root_ssh",
+     "exited waiting for /Server listening on/"),
+    ("metrics-down", ["USER root", "RUN printf 'raise SystemExit(3)\\n' > /opt/gpuforge/programs/metrics.py", "USER 1000"],
+     "test_metrics.py::test_metrics_up_with_the_gpu_count", "exited before"),
 ]
 
 

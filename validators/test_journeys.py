@@ -1,0 +1,308 @@
+"""The image's users, as they start it: a login shell over OpenSSH with a pty, ssh tunnels, `jupyter lab ...`
+typed as the command (also as root), pip install as the user without network, Kubeflow (NB_PREFIX, the
+default command, no token only on request), OpenShift's arbitrary uid with gid 0, a home of another owner,
+read-only roots in every mode, and a JupyterLab that makes no outbound calls.
+
+Expected values come from the target (uid, torch), the engine (the container's environment) or gpuforge's
+own template (the venv's path, clients.VENV), never from the image under test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+import requests
+
+from clients import VENV, free_port, key_file, ssh_argv, tunnel, wait_http, wheel
+from vutil import sh
+
+TOKEN = uuid.uuid4().hex
+AUTH = {"Authorization": f"token {TOKEN}"}
+PREFIX = "/notebook/team-a/gpuforge-nb"  # how Kubeflow names a notebook's path: /notebook/NAMESPACE/NAME
+
+
+def _run():
+    from gpuforge.engine import containers as run
+
+    return run
+
+
+def _jupyter(image: str, command: list[str] | None, **kw):
+    """A jupyter container with port 8888 published and the test token unless `env` says otherwise."""
+    env = kw.pop("env", {"JUPYTER_TOKEN": TOKEN})
+    return _run().container(image, command, env=env, ports={8888: None}, **kw)
+
+
+def _uids(c, word: str) -> set[str]:
+    """uids of the container's processes whose command line holds `word` (tini, PID 1, is root by design)."""
+    top = c.container.top(ps_args="-eo pid,uid,args")
+    return {row[1] for row in top["Processes"] if word in row[-1] and not row[-1].startswith("/usr/bin/tini")}
+
+
+# --- login shells ----------------------------------------------------------------------------------
+
+LOGIN_PROBE = ('command -v python; command -v pip; python -c "import sys, torch; print(sys.prefix, torch.__version__)"; '
+               'echo "ENV NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}"')
+
+
+def _login_facts(out: str) -> dict:
+    lines = [x.strip() for x in out.replace("\r", "").splitlines() if x.strip()]
+    return {"python": next((x for x in lines if x.endswith("/python")), ""),
+            "pip": next((x for x in lines if x.endswith("/pip")), ""),
+            "prefix": next((x.split()[0] for x in lines if x.startswith("/") and " " in x and "+" in x), ""),
+            "torch": next((x.split()[1] for x in lines if x.startswith("/") and " " in x and "+" in x), ""),
+            "env": next((x for x in lines if x.startswith("ENV ")), "")}
+
+
+def _assert_login(f: dict, target, where: str) -> None:
+    assert f["python"] == f"{VENV}/bin/python", f"{where}: the login shell's python is {f['python'] or 'not found'!r}, not the venv's"
+    assert f["pip"] == f"{VENV}/bin/pip", f"{where}: the login shell's pip is {f['pip'] or 'not found'!r}, not the venv's"
+    assert (f["prefix"], f["torch"]) == (VENV, target.torch), f"{where}: python in a login shell: {f}"
+
+
+def test_login_shell_has_the_venv(host, is_image, target, timeout):
+    """`bash -l` and `docker exec -it C bash -l` read /etc/profile, which resets PATH: the venv must come first again."""
+    if not is_image:
+        pytest.skip("needs an image (--gpuforge-image): a host's login shells are its own")
+    r = sh(host, "bash -lc %s", LOGIN_PROBE, timeout=timeout, check=False)
+    _assert_login(_login_facts(r.stdout), target, "bash -l")
+
+
+def test_ssh_pty_login_gets_the_image_environment(ssh_server, target, tmp_path, timeout):
+    """OpenSSH with a pty (`ssh -tt`): a login shell, whose PATH has the venv and whose CUDA/NVIDIA variables are the
+    container's (as the engine reports them), though sshd starts sessions with a fresh environment."""
+    key = key_file(ssh_server, tmp_path)
+    r = subprocess.run(ssh_argv(ssh_server, key, "-tt"), input=LOGIN_PROBE + "; exit\n", capture_output=True, text=True,
+                       timeout=timeout)
+    f = _login_facts(r.stdout)
+    _assert_login(f, target, "ssh -tt login shell")
+    env = dict(e.split("=", 1) for e in ssh_server.running.container.attrs["Config"]["Env"])
+    want = f"ENV NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES', '')} LD_LIBRARY_PATH={env.get('LD_LIBRARY_PATH', '')}"
+    assert f["env"] == want, f"ssh login environment: {f['env']!r}, the container's: {want!r}"
+
+
+# --- tunnels -----------------------------------------------------------------------------------------
+
+def test_ssh_local_forward_reaches_the_container_loopback(ssh_server, tmp_path, target):
+    """`ssh -L PORT:localhost:P` (Jupyter over SSH) reaches a server on the container's own loopback."""
+    c = ssh_server.running.container
+    serve = "echo $$ > /tmp/gpuforge-probe.pid; exec python3 -m http.server --bind 127.0.0.1 8765 --directory /opt/gpuforge"
+    c.exec_run(["sh", "-c", serve], user=str(target.uid), detach=True)
+    local = free_port()
+    argv = ssh_argv(ssh_server, key_file(ssh_server, tmp_path), "-N", "-o", "ExitOnForwardFailure=yes",
+                    "-L", f"{local}:localhost:8765")
+    try:
+        with tunnel(argv, local):
+            r = wait_http(f"http://127.0.0.1:{local}/target.json", timeout=30)
+    finally:  # the ssh container is shared: leave nothing listening (test_ssh counts the listeners)
+        c.exec_run(["sh", "-c", "kill $(cat /tmp/gpuforge-probe.pid)"], user=str(target.uid))
+    assert json.loads(r.text)["id"] == target.id
+
+
+def test_ssh_forwarding_beyond_loopback_and_remote_refused(ssh_server, tmp_path, timeout):
+    """Only the container's loopback: a direct-tcpip channel elsewhere is prohibited, and so is -R."""
+    key = key_file(ssh_server, tmp_path)
+    own = subprocess.run(ssh_argv(ssh_server, key, "-W", "localhost:22"), input="", capture_output=True, text=True, timeout=timeout)
+    assert own.stdout.startswith("SSH-2.0"), f"ssh -W localhost:22 (the allowed loopback) gave: {own.stderr[-500:]}"
+    ip = ssh_server.running.container.attrs["NetworkSettings"]["IPAddress"]
+    other = subprocess.run(ssh_argv(ssh_server, key, "-W", f"{ip}:22"), input="", capture_output=True, text=True, timeout=timeout)
+    assert not other.stdout.startswith("SSH-2.0"), f"ssh -W {ip}:22 (not loopback) was forwarded"
+    remote = subprocess.run(ssh_argv(ssh_server, key, "-o", "ExitOnForwardFailure=yes", "-R", "0:localhost:22", "true"),
+                            capture_output=True, text=True, timeout=timeout)
+    assert remote.returncode != 0, "ssh -R (remote forwarding) was allowed"
+
+
+# --- Jupyter as people start it -------------------------------------------------------------------
+
+def test_jupyter_lab_as_the_command(image, target):
+    """`docker run IMAGE jupyter lab --ip=0.0.0.0 --port=8888`: the jupyter mode's server (token, not root)."""
+    with _jupyter(image, ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888"]) as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}/api/status", headers=AUTH, running=c)
+        assert requests.get(f"{url}/api/status", timeout=10).status_code in (401, 403), "jupyter lab as typed needs no token"
+        assert _uids(c, "jupyter-lab") <= {str(target.uid)}, f"jupyter lab runs as {_uids(c, 'jupyter-lab')}"
+        assert requests.get(f"{url}/api/contents", headers=AUTH, timeout=10).status_code == 200
+
+
+def test_jupyter_as_root_runs_as_the_user(image, target):
+    """`docker run --user root IMAGE jupyter notebook --ip=0.0.0.0 --allow-root`: one line says it runs as the user."""
+    with _jupyter(image, ["jupyter", "notebook", "--ip=0.0.0.0", "--allow-root"], user="root") as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}/api/status", headers=AUTH, running=c)
+        logs = c.logs()
+        assert len(re.findall(r"started as root: Jupyter runs as", logs)) == 1, f"no one-line notice for root: {logs[-1500:]}"
+        uids = _uids(c, "jupyter")
+        assert uids and "0" not in uids, f"jupyter processes run as uids {uids} (root refused)"
+
+
+def test_jupyter_makes_no_outbound_calls(image):
+    """No news feed, no update check, announcements off and a read-only extension manager (it would query PyPI)."""
+    with _jupyter(image, ["jupyter"]) as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}/api/status", headers=AUTH, running=c)
+        news = requests.get(f"{url}/lab/api/news", headers=AUTH, timeout=10).json()
+        update = requests.get(f"{url}/lab/api/update", headers=AUTH, timeout=10).json()
+        page = requests.get(f"{url}/lab", headers=AUTH, timeout=30).text
+    m = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S)
+    assert m, "no page config in /lab"
+    cfg = json.loads(m.group(1))
+    problems = []
+    if news.get("news"):
+        problems.append(f"news feed: {news}")
+    if update.get("notification"):
+        problems.append(f"update check: {update}")
+    if "@jupyterlab/apputils-extension:announcements" not in cfg.get("disabledExtensions", []):
+        problems.append(f"announcements plugin enabled (disabledExtensions: {cfg.get('disabledExtensions')})")
+    if cfg.get("extensionManager", {}).get("can_install"):
+        problems.append(f"extension manager queries an index: {cfg.get('extensionManager')}")
+    assert not problems, f"JupyterLab would call out: {problems}"
+
+
+# --- pip install as the user --------------------------------------------------------------------------
+
+PIP_SCRIPT = r"""
+pip install --no-index /wheels/jprobe-1.0-py3-none-any.whl > /tmp/pip1.log 2>&1 || { echo "PIP_FAILED $(tail -1 /tmp/pip1.log)"; exit 3; }
+python -c "import json, jprobe, torch, os
+print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
+pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n' ' ' < /tmp/check.log)"
+if pip install --no-index --find-links /wheels jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
+echo "SWAP_LOG $(grep ERROR /tmp/pip2.log | tail -1)"
+python -c "import torch; print('TORCH_AFTER', torch.__version__)"
+"""
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """A plain package, one that wants torch 2.0.0, and a torch 2.0.0 to swap in: an unconstrained pip would take it."""
+    d = tmp_path_factory.mktemp("wheels")
+    d.chmod(0o755)
+    wheel(d, "jprobe", "1.0")
+    wheel(d, "jswap", "1.0", requires=("torch==2.0.0",))
+    wheel(d, "torch", "2.0.0", body="__version__ = '2.0.0'\n")
+    return d
+
+
+PIP_AS = {"default-user": {}, "openshift-read-only": {"user": "12345:0", "read_only": True, "tmpfs": {"/tmp": "exec"}},
+          "root": {"user": "root"}}  # root: a derived image's `RUN pip install`, which goes into the venv itself
+
+
+@pytest.mark.parametrize("how", list(PIP_AS))
+def test_pip_install_as_the_user_offline(image, target, wheels, how):
+    """pip install from a local wheel in a network-less container lands in the user's site (root: the venv), keeps
+    `pip check` clean, and the image's constraints refuse a package that would swap torch (a torch wheel is right
+    there; as root nothing else would stop it)."""
+    kw = PIP_AS[how]
+    with _run().container(image, ["bash", "-c", PIP_SCRIPT], network="none",
+                          volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}}, **kw) as c:
+        rc = c.container.wait(timeout=300)["StatusCode"]
+        out = c.logs()
+    assert "PIP_FAILED" not in out and rc == 0, f"pip install as the user failed ({how}, exit {rc}): {out[-1500:]}"
+    probe = json.loads(next(x for x in out.splitlines() if x.startswith("PROBE ")).split(" ", 1)[1])
+    site = f"{VENV}/lib/" if how == "root" else probe["home"] + "/.local/"
+    assert probe["file"].startswith(site), f"installed outside {site}: {probe}"
+    assert probe["torch"] == target.torch
+    assert "CHECK_OK" in out, f"pip check after the install: {out[-800:]}"
+    assert "SWAP_REFUSED" in out, "pip swapped torch for 2.0.0: the image's constraints (PIP_CONSTRAINT) are not applied"
+    why = next(x for x in out.splitlines() if x.startswith("SWAP_LOG"))
+    assert "ResolutionImpossible" in why, f"the swap was refused, but not by the image's constraints: {why}"
+    assert f"TORCH_AFTER {target.torch}" in out, out[-800:]
+
+
+# --- Kubeflow, OpenShift, homes, read-only roots --------------------------------------------------------
+
+def test_kubeflow_notebook_contract(image, target):
+    """Started as Kubeflow starts it (default command, NB_PREFIX, an empty home volume, no token asked for explicitly):
+    keeps running, uid 1000, HOME writable, port 8888, the UI and the API under NB_PREFIX and not beside it."""
+    env = {"NB_PREFIX": PREFIX, "GPUFORGE_JUPYTER_NO_TOKEN": "1"}
+    with _jupyter(image, None, env=env, tmpfs={f"/home/{target.user}": f"uid={target.uid},mode=0755"}) as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}{PREFIX}/api/status", running=c, timeout=90, ok=(200, 404))  # up, wherever it serves
+        api = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
+        lab = requests.get(f"{url}{PREFIX}/lab", timeout=30)
+        beside = requests.get(f"{url}/lab", timeout=30, allow_redirects=False)
+        time.sleep(3)
+        assert c.status() == "running", f"the default command did not keep running: {c.logs()[-1500:]}"
+        home = c.container.exec_run(["sh", "-c", 'test -w "$HOME" && echo "$HOME"'], user=str(target.uid)).output.decode().strip()
+        logs = c.logs()
+        uids = _uids(c, "jupyter")
+    assert api.status_code == 200, f"GET {PREFIX}/api/status answered {api.status_code}: the API is not served under NB_PREFIX"
+    assert lab.status_code == 200, f"GET {PREFIX}/lab answered {lab.status_code}: not served under NB_PREFIX"
+    assert beside.status_code == 404, f"GET /lab answered {beside.status_code}: served beside NB_PREFIX"
+    assert uids == {str(target.uid)}, f"jupyter runs as uids {uids}"
+    assert home == f"/home/{target.user}", f"HOME not writable for uid {target.uid}: {home!r}"
+    assert "generated Jupyter token" not in logs, "a token was announced that is not in force"
+    assert logs.count("WITHOUT a token") == 1, "no-token mode not said in one line"
+
+
+def test_nb_prefix_alone_keeps_the_token(image):
+    """Kubeflow's NB_PREFIX alone does not switch the token off: no-token needs GPUFORGE_JUPYTER_NO_TOKEN=1."""
+    with _jupyter(image, None, env={"NB_PREFIX": PREFIX, "JUPYTER_TOKEN": TOKEN}) as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}{PREFIX}/api/status", headers=AUTH, running=c)
+        r = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
+    assert r.status_code in (401, 403), f"{PREFIX}/api/status without a token answered {r.status_code}"
+
+
+def test_arbitrary_uid_with_gid_0(image, target):
+    """OpenShift (`--user 12345:0`, no passwd entry): jupyter starts, HOME is the image's home and files can be saved."""
+    with _jupyter(image, ["jupyter"], user="12345:0") as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}/api/status", headers=AUTH, running=c)
+        put = requests.put(f"{url}/api/contents/openshift.txt", headers=AUTH, timeout=30,
+                           json={"type": "file", "format": "text", "content": "saved"})
+        owner = c.container.exec_run(["stat", "-c", "%u:%g", f"/home/{target.user}/openshift.txt"], user="root").output.decode().strip()
+        logs = c.logs()
+    assert put.status_code == 201, f"saving a file as uid 12345 answered {put.status_code}: {put.text[:300]}; logs: {logs[-800:]}"
+    assert owner == "12345:0", f"the saved file is {owner!r}, not in the image's home as 12345:0"
+
+
+def test_home_of_another_owner_is_one_line(image, target):
+    """A home volume the uid may not write: the server still starts, and ONE line says what happened."""
+    with _jupyter(image, ["jupyter"], tmpfs={f"/home/{target.user}": "uid=4242,gid=4242,mode=0755"}) as c:
+        url = f"http://127.0.0.1:{c.port(8888)}"
+        wait_http(f"{url}/api/status", headers=AUTH, running=c)
+        logs = c.logs()
+    lines = [x for x in logs.splitlines() if "is not writable by uid" in x]
+    assert len(lines) == 1, f"expected one line about the home's owner, got {lines}"
+
+
+READ_ONLY = {"read_only": True, "tmpfs": {"/tmp": "exec"}}
+
+
+def test_read_only_root_shell_and_jupyter(image):
+    """`--read-only --tmpfs /tmp:exec`: a command runs and the jupyter mode serves."""
+    with _run().container(image, ["shell", "-c", "python -c 'import torch; print(\"RO-OK\")'"], **READ_ONLY) as c:
+        rc = c.container.wait(timeout=300)["StatusCode"]
+        assert rc == 0 and "RO-OK" in c.logs(), f"shell on a read-only root (exit {rc}): {c.logs()[-800:]}"
+    with _jupyter(image, ["jupyter"], **READ_ONLY) as c:
+        wait_http(f"http://127.0.0.1:{c.port(8888)}/api/status", headers=AUTH, running=c)
+
+
+def test_read_only_root_ssh(image, target):
+    """ssh mode on a read-only root: host key and authorized keys under /tmp, and a key login runs torch."""
+    import paramiko
+
+    key = paramiko.RSAKey.generate(2048)
+    pub = f"{key.get_name()} {key.get_base64()}"
+    with _run().container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}, **READ_ONLY) as c:
+        c.wait_for_log(r"Server listening on", timeout=60)
+        cli = paramiko.SSHClient()
+        cli.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        cli.connect("127.0.0.1", c.port(22), username=target.user, pkey=key, look_for_keys=False, allow_agent=False, timeout=30)
+        try:
+            _, out, _ = cli.exec_command("python -c 'import torch; print(torch.__version__)'", timeout=120)
+            got = out.read().decode().strip()
+        finally:
+            cli.close()
+    assert got == target.torch, f"python over ssh on a read-only root: {got!r}"
+
+
+def test_read_only_root_metrics(image):
+    with _run().container(image, ["metrics"], ports={9400: None}, **READ_ONLY) as c:
+        r = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60)
+    assert "gpuforge_gpus" in r.text
