@@ -75,7 +75,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
             msg = f"push of {ref} reported no digest"
             raise RegistryError(msg)
         m = Registry(host).manifest(repo, digest)
-        if m is None or m.config_digest != rec["image_id"]:
+        if m is None or not m.holds(rec["image_id"]):
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
         records.update(t.id, digest=digest, pushed_ref=ref)
@@ -154,8 +154,8 @@ def plan(t: Target, *, env: str, reports: Path, registry: str | None, require_gp
     m = reg.manifest(repo, digest)
     if m is None:
         _refuse(t, f"the registry has no manifest {digest}")
-    if m.config_digest != image_id:
-        _refuse(t, f"{digest} holds image {m.config_digest}, not the validated {image_id[:19]}")
+    if not m.holds(image_id):
+        _refuse(t, f"{digest} holds image {m.config_digest or 'an index'}, not the validated {image_id[:19]}")
     current = reg.manifest(repo, tag)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
@@ -218,7 +218,7 @@ def attest_targets(targets: list[Target], *, reports: Path, registry: str | None
         _local_report(t, rpath, rec["image_id"], what, gpu=gpu, recorded=rec.get("gpu_report_digest" if gpu else "report_digest"))
         host, repo, _ = split_ref(ref_for(t, registry))
         m = Registry(host).manifest(repo, rec["digest"])
-        if m is None or m.config_digest != rec["image_id"]:
+        if m is None or not m.holds(rec["image_id"]):
             msg = f"{t.id}: the registry's {rec['digest']} is not the validated image {rec['image_id'][:19]}"
             raise RegistryError(msg)
         ref = f"{host}/{repo}@{rec['digest']}"

@@ -104,8 +104,19 @@ class Manifest:
 
     @property
     def config_digest(self) -> str | None:
-        """The image config digest (== the docker image id) of a single-platform manifest."""
+        """The image config digest (== the docker image id on a graphdriver store) of a single-platform manifest."""
         return json.loads(self.body).get("config", {}).get("digest")
+
+    @property
+    def is_index(self) -> bool:
+        return "manifests" in json.loads(self.body)
+
+    def holds(self, image_id: str) -> bool:
+        """Whether these are the bytes of the engine's image `image_id`. A graphdriver engine (20.10's
+        overlay2) names an image by its config digest, which the pushed manifest points to; the containerd
+        store names it by its manifest or index digest (an index when BuildKit attached provenance), and
+        pushes those very bytes."""
+        return image_id in (self.digest, self.config_digest)
 
 
 class Registry:
