@@ -120,6 +120,7 @@ def cmd_build(args) -> int:
         builder=args.builder, cache_from=args.cache_from, cache_to=args.cache_to, client=args.docker, driver=args.driver,
         no_cache=args.no_cache,
         index_url=args.index_url, pypi_url=args.pypi_url, progress=args.progress,
+        provenance=None if args.provenance == "default" else args.provenance,
     )
     if extra_ca:
         print(f"gpuforge: extra CA bundle {extra_ca.value} (from {extra_ca.source}), passed as a build secret", flush=True)
@@ -177,7 +178,7 @@ def cmd_push(args) -> int:
     from gpuforge.publish import promote
 
     m, targets = _targets(args)
-    promote.push_targets(targets, registry=args.registry)
+    promote.push_targets(targets, registry=args.registry, compression=args.compression)
     return 0
 
 
@@ -241,6 +242,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
     p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
     p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
+    p.add_argument("--provenance", choices=("default", "false", "min", "max"),
+                   default=os.environ.get("GPUFORGE_PROVENANCE") or "default",
+                   help="BuildKit provenance attestation (buildx --provenance; default: BuildKit's own, none on 20.10; "
+                        "env GPUFORGE_PROVENANCE)")
     p = add("validate", cmd_validate, "run the validators against built targets")
     p.add_argument("--reports", default="reports")
     p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with every GPU)")
@@ -262,6 +267,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pytest-args", default="")
     p = add("push", cmd_push, "push built targets and record their digests")
     p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--compression", choices=("gzip", "zstd", "both"), default=os.environ.get("GPUFORGE_COMPRESSION") or "gzip",
+                   help="layer compression: gzip (every engine pulls it), zstd (Docker 23+; pushed as <tag>-zstd), "
+                        "or both; zstd needs the containerd image store (env GPUFORGE_COMPRESSION)")
     p = add("promote", cmd_promote, "promote validated digests to dev or prod")
     p.add_argument("--to", required=True, choices=("dev", "prod"))
     p.add_argument("--reports", default="reports")

@@ -277,10 +277,10 @@ class _Runner:
             if not self.opts.keep_going:
                 self.kill_all()
             return r
-        self._tag(t, img, r, recipe, size, index="index" in kind)
+        self._tag(t, img, r, recipe, size, index="index" in kind, argv=argv)
         return r
 
-    def _tag(self, t: Target, img, r: Result, recipe: str, size: int, *, index: bool) -> None:
+    def _tag(self, t: Target, img, r: Result, recipe: str, size: int, *, index: bool, argv: list[str]) -> None:
         for ref in t.tags:
             repo, tag = ref.rsplit(":", 1)
             img.tag(repo, tag)
@@ -291,7 +291,7 @@ class _Runner:
         records.update(t.id, image_id=img.id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
                        driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
                        extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
-                       image_store=self.engine.store, image_index=index,
+                       image_store=self.engine.store, image_index=index, argv=argv,
                        built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
 
@@ -361,3 +361,19 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         msg = f"{len(failed)} of {len(results)} target(s) did not build: {', '.join(r.target.id for r in failed)}"
         raise BuildError(msg)
     return list(results.values())
+
+
+def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
+    """A recorded buildx build, run again (every step from BuildKit's cache) with the exporter `output`
+    instead of --load: same Dockerfile, context, secrets and labels, so the same image config."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--load":
+            out += ["--output", output]
+        elif a in ("--iidfile", "--metadata-file"):
+            next(it, None)
+            out += [a, str(tmp / a.lstrip("-"))]
+        else:
+            out.append(a)
+    return out

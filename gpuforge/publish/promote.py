@@ -22,9 +22,9 @@ from pathlib import Path
 import docker.errors
 
 from gpuforge.engine import client as engine
-from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest
+from gpuforge.publish import attest, compress
 from gpuforge.publish.registry import Manifest, Registry, credentials
 from gpuforge.state import records
 from gpuforge.validate import evidence, report
@@ -45,11 +45,19 @@ def ref_for(t: Target, registry: str | None) -> str:
     return ref
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None) -> list[dict]:
+def push_targets(targets: list[Target], *, registry: str | None = None, compression: str = "gzip") -> list[dict]:
+    compress.check(compression)
     c = engine.client()
+    info = engine.engine_info()
+    recs = {t.id: records.require(t.id) for t in targets}
+    if compression != "gzip":  # refused before anything moves
+        for t in targets:
+            if why := compress.refusal(recs[t.id], info):
+                msg = f"{t.id}: {why}"
+                raise ConfigError(msg)
     out = []
     for t in targets:
-        rec = records.require(t.id)
+        rec = recs[t.id]
         ref = ref_for(t, registry)
         host, repo, tag = split_ref(ref)
         try:
@@ -57,6 +65,15 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
+        res = {"target": t.id, "ref": ref}
+        if compression in ("zstd", "both"):
+            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, Path(os.environ.get("GPUFORGE_LOG_DIR", "reports/build-logs")))
+            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=f"{ref}{compress.ZSTD_SUFFIX}")
+            print(f"gpuforge: pushed {ref}{compress.ZSTD_SUFFIX}@{zdigest} (zstd, {info.describe()})", flush=True)
+            res["digest_zstd"] = zdigest
+        if compression == "zstd":
+            out.append(res)
+            continue
         img.tag(f"{host}/{repo}", tag)
         creds = credentials(host)
         auth = {"username": creds[0], "password": creds[1]} if creds else None
@@ -79,8 +96,8 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
         records.update(t.id, digest=digest, pushed_ref=ref)
-        print(f"gpuforge: pushed {ref}@{digest}", flush=True)
-        out.append({"target": t.id, "ref": ref, "digest": digest})
+        print(f"gpuforge: pushed {ref}@{digest} (gzip, {info.describe()})", flush=True)
+        out.append({**res, "digest": digest})
     return out
 
 
@@ -222,10 +239,12 @@ def attest_targets(targets: list[Target], *, reports: Path, registry: str | None
             msg = f"{t.id}: the registry's {rec['digest']} is not the validated image {rec['image_id'][:19]}"
             raise RegistryError(msg)
         ref = f"{host}/{repo}@{rec['digest']}"
-        attest.attest(ref, rpath, attest.VALIDATION_TYPE, key=key)
-        for name, kind in (("sbom.json", attest.INVENTORY_TYPE), ("sbom.cdx.json", "cyclonedx")):
-            if not gpu and (reports / t.id / name).exists():  # the inventory, and its CycloneDX form
-                attest.attest(ref, reports / t.id / name, kind, key=key)
-        print(f"gpuforge: attested {what} report of {t.id} on {ref}", flush=True)
+        # the zstd push holds the same layers and config (checked when it was pushed): the same evidence
+        for r in (ref, *([f"{host}/{repo}@{rec['digest_zstd']}"] if rec.get("digest_zstd") else [])):
+            attest.attest(r, rpath, attest.VALIDATION_TYPE, key=key)
+            for name, kind in (("sbom.json", attest.INVENTORY_TYPE), ("sbom.cdx.json", "cyclonedx")):
+                if not gpu and (reports / t.id / name).exists():  # the inventory, and its CycloneDX form
+                    attest.attest(r, reports / t.id / name, kind, key=key)
+            print(f"gpuforge: attested {what} report of {t.id} on {r}", flush=True)
         out.append({"target": t.id, "ref": ref, "report": str(rpath)})
     return out

@@ -137,6 +137,16 @@ class Registry:
         body = r.stdout.encode()
         return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
 
+    def config(self, repo: str, digest: str) -> dict:
+        """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
+        with auth_file(self.host) as af:
+            r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
+                        *(["--authfile", af] if af else []), f"docker://{self.host}/{repo}@{digest}"],
+                       f"GET config of {repo}@{digest[:19]}", self.host)
+        if r.returncode != 0:
+            _fail(r, self.host, f"GET config of {repo}@{digest[:19]}")
+        return json.loads(r.stdout)
+
     def copy(self, repo: str, digest: str, tag: str) -> None:
         """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
         tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []
