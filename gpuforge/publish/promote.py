@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,11 @@ def ref_for(t: Target, registry: str | None) -> str:
         _, repo, tag = split_ref(ref)
         ref = f"{registry}/{repo}:{tag}"
     return ref
+
+
+def pushed_digest(status: str, tag: str) -> str | None:
+    m = re.fullmatch(rf"{re.escape(tag)}: digest: (sha256:[0-9a-f]{{64}}) size: \d+", status.strip())
+    return m.group(1) if m else None
 
 
 def push_targets(targets: list[Target], *, registry: str | None = None, compression: str = "gzip") -> list[dict]:
@@ -84,7 +90,9 @@ def push_targets(targets: list[Target], *, registry: str | None = None, compress
                 if "error" in ev:
                     msg = f"push of {ref} failed: {ev['error']}"
                     raise RegistryError(msg)
-                digest = (ev.get("aux") or {}).get("Digest", digest)
+                # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
+                # "TAG: digest: sha256:... size: N"
+                digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), tag) or digest
         except docker.errors.APIError as e:
             msg = f"push of {ref} failed: {e.explanation or e}"
             raise RegistryError(msg) from None
