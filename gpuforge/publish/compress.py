@@ -38,9 +38,12 @@ ZSTD_SUFFIX = "-zstd"
 
 def refusal(rec: dict, info: engine.EngineInfo) -> str | None:
     """Why this engine/builder cannot export zstd layers (None: it can)."""
-    if rec.get("driver") != "buildx" or not rec.get("argv"):
+    if rec.get("driver") != "buildx":
         return (f"--compression zstd re-runs the buildx build, but {rec.get('image_id', '?')[:19]} was built with the "
                 f"{rec.get('driver', 'unknown')} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
+    if not rec.get("argv"):
+        return (f"--compression zstd re-runs the recorded build, and the record of {rec.get('image_id', '?')[:19]} "
+                "has no build command (built by an older gpuforge); rebuild it")
     if not info.containerd_store and "--builder" not in rec["argv"]:
         return (f"--compression zstd needs a builder that exports zstd layers: this is {info.describe()}, whose buildx "
                 "docker driver cannot; use an engine with the containerd image store (Docker 24+, daemon.json "
