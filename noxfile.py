@@ -107,9 +107,11 @@ def lock(session: nox.Session) -> None:
 
 @nox.session(python=PY, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """Build benchmark: warm gpuforge vs plain docker build (`-- --cold`: uv vs pip vs a naive Dockerfile)."""
+    """Build benchmark: warm gpuforge vs plain docker build (`-- --cold`: uv vs pip vs a naive Dockerfile);
+    `-- --pull [--rounds N]`: gzip vs zstd layers pulled into a fresh engine (tools/bench_pull.py)."""
     _install(session)
-    session.run("python", "tools/bench_build.py", *session.posargs)
+    tool = "tools/bench_pull.py" if "--pull" in session.posargs else "tools/bench_build.py"
+    session.run("python", tool, *session.posargs)
 
 
 @nox.session(python=PY, default=False, tags=["bench"])

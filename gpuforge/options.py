@@ -221,6 +221,9 @@ TABLE: tuple[Setting, ...] = (
             help="override the PyPI index (a mirror)"),
     Setting(name="progress", flag="--progress", commands=_BUILD, default="auto", choices=("auto", "tty", "plain"),
             what="a progress style", help="build progress output"),
+    Setting(name="provenance", flag="--provenance", commands=_BUILD, env="GPUFORGE_PROVENANCE", default="default",
+            choices=("default", "false", "min", "max"), what="a provenance mode",
+            help="BuildKit provenance attestation (buildx --provenance; default: BuildKit's own, none on 20.10)"),
     Setting(name="log_dir", commands=_BUILD, env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text, help="build logs"),
     # validate / smoke
     Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
@@ -248,6 +251,10 @@ TABLE: tuple[Setting, ...] = (
             env="GPUFORGE_REGISTRY",
             check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
+    Setting(name="compression", flag="--compression", commands=("push",), env="GPUFORGE_COMPRESSION", default="gzip",
+            choices=("gzip", "zstd", "both"), what="a layer compression",
+            help="gzip (every engine pulls it), zstd (Docker 23+; pushed as <tag>-zstd; needs the containerd image "
+                 "store), or both"),
     Setting(name="to", flag="--to", commands=("promote",), required=True, choices=("dev", "prod"),
             what="a promotion environment", help="the environment to promote to"),
     Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,

@@ -138,7 +138,9 @@ def default_build(docker_engine, test_ca):
     r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
     assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
     assert "build driver:" in r.stdout
-    return t, records.require(t.id)
+    rec = records.require(t.id)
+    print(f"\ndefault image {rec['image_id'][:19]} built on engine {rec['engine']}, image store {rec['image_store']}")
+    return t, rec
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
+import os
 import re
 import shutil
 import socket
@@ -23,12 +25,44 @@ from pathlib import Path
 import docker
 
 DOCKER = "/usr/bin/docker"
+# The modern engine of the engine matrix (#21): Debian trixie's dockerd and the containerd it manages,
+# unpacked (`apt-get download` + `dpkg -x`) into a private folder so the machine's engine stays 20.10.
+TRIXIE_ENGINE = ("docker.io=26.1.5+dfsg1-9+deb13u1+b1", "containerd=1.7.24~ds1-6+deb13u1")
+ENGINE_DIR = Path("/var/tmp/gpuforge-engine-26.1.5")
+# what a dockerd needs to keep images in containerd (snapshotters) instead of its own graphdriver
+CONTAINERD_STORE = {"features": {"containerd-snapshotter": True}}
 # what a runner's checkout does not carry (caches, venvs, local state); both runners build one snapshot
 CHECKOUT_IGNORE = (".git", ".nox", ".gpuforge", "reports", "__pycache__", "*.egg-info", ".venv", "build")
 
 
 class StartError(RuntimeError):
     """A helper process did not come up; the message ends with the tail of its log."""
+
+
+def trixie_engine(dest: Path = ENGINE_DIR) -> Path:
+    """The root of an unpacked trixie dockerd 26.1.5 + containerd 1.7.24 (usr/sbin/dockerd, usr/bin/containerd),
+    downloaded once per machine (56 MB; needs the trixie apt source tools/start-engine.sh adds)."""
+    root = dest / "root"
+    if (root / "usr/sbin/dockerd").is_file():
+        return root
+    tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.", dir=dest.parent))
+    try:
+        r = subprocess.run(["apt-get", "download", *TRIXIE_ENGINE], cwd=tmp, capture_output=True, text=True)
+        if r.returncode != 0:
+            msg = (f"apt-get download {' '.join(TRIXIE_ENGINE)} failed (is trixie an apt source? tools/start-engine.sh "
+                   f"adds it): {(r.stderr or r.stdout).strip()[-500:]}")
+            raise StartError(msg)
+        for deb in sorted(tmp.glob("*.deb")):
+            subprocess.run(["dpkg", "-x", str(deb), str(tmp / "root")], check=True, capture_output=True)
+            deb.unlink()
+        try:
+            tmp.rename(dest)  # atomic: a concurrent run either sees the whole folder or makes its own
+        except OSError:
+            if not (root / "usr/sbin/dockerd").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 def free_port(ports: range) -> int:
@@ -114,7 +148,12 @@ class SecondEngine:
     iptables chains alone (--iptables=false); `outbound=True` adds only NAT + forward rules for its own
     subnet, so its RUN steps reach the network (a cold build downloads wheels). stop() undoes everything."""
 
-    def __init__(self, *, outbound: bool = False, prefix: str = "gf13-"):
+    def __init__(self, *, outbound: bool = False, prefix: str = "gf13-", binaries: Path | None = None,
+                 containerd_store: bool = False):
+        """`binaries`: the root of another engine's unpacked packages (trixie_engine()), whose usr/sbin and
+        usr/bin come first on the daemon's PATH (its managed containerd too); `containerd_store`: keep images
+        in containerd's snapshotter, not a graphdriver (the default on new installs of Docker 29)."""
+        self.binaries, self.containerd_store = binaries, containerd_store
         # a short path: the socket path must stay under 108 bytes
         self.d = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
         self.sock = self.d / "s.sock"
@@ -144,10 +183,17 @@ class SecondEngine:
                 subprocess.run(["iptables", *table, "-I", *chain], check=True, capture_output=True)
                 self.rules.append(rule)
         self.log = open(self.d / "dockerd.log", "w")  # closed in stop()
-        self.proc = subprocess.Popen(["dockerd", "--data-root", str(self.d / "data"), "--exec-root", str(self.d / "x"),
-                                      "--pidfile", str(self.d / "pid"), "-H", self.host, f"--bridge={self.bridge}",
-                                      "--iptables=false", "--ip-masq=false"], stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        # its own config file: the machine's /etc/docker/daemon.json is the shared engine's
+        (self.d / "daemon.json").write_text(json.dumps(CONTAINERD_STORE if self.containerd_store else {}))
+        env = dict(os.environ)
+        exe = "dockerd"
+        if self.binaries:
+            env["PATH"] = os.pathsep.join([str(self.binaries / "usr/sbin"), str(self.binaries / "usr/bin"), env["PATH"]])
+            exe = str(self.binaries / "usr/sbin/dockerd")
+        self.proc = subprocess.Popen([exe, "--config-file", str(self.d / "daemon.json"), "--data-root", str(self.d / "data"),
+                                      "--exec-root", str(self.d / "x"), "--pidfile", str(self.d / "pid"), "-H", self.host,
+                                      f"--bridge={self.bridge}", "--iptables=false", "--ip-masq=false"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         for _ in range(60):
             if subprocess.run([DOCKER, "-H", self.host, "info"], capture_output=True).returncode == 0:
                 self.client = docker.DockerClient(base_url=self.host, timeout=600)
@@ -157,6 +203,15 @@ class SecondEngine:
             time.sleep(1)
         msg = f"second dockerd did not start: {(self.d / 'dockerd.log').read_text()[-1500:]}"
         raise StartError(msg)
+
+    def describe(self) -> str:
+        """Which engine and image store this is, as the engine itself reports them."""
+        info = self.client.info()
+        status = dict(tuple(p) for p in info.get("DriverStatus") or [] if len(p) == 2)
+        store = info.get("Driver")
+        if status.get("driver-type") == "io.containerd.snapshotter.v1":
+            store = f"containerd/{store}"
+        return f"engine {info.get('ServerVersion')}, image store {store}"
 
     def load(self, image: str) -> None:
         """Copy an image from the shared engine (a bootstrapped base exists only locally)."""

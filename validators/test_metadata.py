@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
-from gpuforge.render.labels import expected_labels, label_key
+from gpuforge.render.labels import BUILD_LABELS, OCI, expected_labels, label_key
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +45,14 @@ def test_labels_match_the_running_image(config, runtime_versions):
 
 def test_oci_labels_present(config):
     labels = config["Config"].get("Labels") or {}
-    for k in ("org.opencontainers.image.title", "org.opencontainers.image.version",
-              "org.opencontainers.image.revision", "io.gpuforge.recipe"):
+    for k in ("org.opencontainers.image.title", "org.opencontainers.image.version", *BUILD_LABELS,
+              "org.opencontainers.image.licenses"):
         assert labels.get(k), f"label {k} is missing"
+    created = labels[f"{OCI}.created"]
+    try:  # RFC 3339 as the OCI annotation spec asks (Python reads the trailing Z from 3.11)
+        dt.datetime.fromisoformat(created)
+    except ValueError:
+        pytest.fail(f"label {OCI}.created={created!r} is not an RFC 3339 date-time")
 
 
 def test_default_user_is_not_root(config):

@@ -26,6 +26,23 @@ def recipe_hash(boot: dict) -> str:
     return hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()
 
 
+# What no one runs in a container (matrix.BOOTSTRAP_ROOTFS 2): docs, man pages, translations. Copyright
+# files stay (the licences of what the image ships). The same rule, as dpkg path-excludes, is written into
+# the image by the Dockerfile's apt step, so packages installed later skip them too.
+SLIM_DIRS = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale")
+SLIM_KEEP = ("copyright", "locale.alias")
+
+
+def slim_rootfs(root: Path) -> None:
+    for d in SLIM_DIRS:
+        for p in sorted((root / d).rglob("*"), reverse=True):  # files first, then emptied folders
+            if p.is_symlink() or p.is_file():
+                if p.name not in SLIM_KEEP:
+                    p.unlink()
+            elif p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+
+
 def ensure_base(t: Target, log=print) -> str:
     """Make sure the target's FROM image is in the engine; returns its image id."""
     if t.bootstrap:
@@ -79,6 +96,7 @@ def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
             for p in (root / junk).glob("*"):
                 if p.is_file():
                     p.unlink()
+        slim_rootfs(root)
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
             c.api.import_image_from_data(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import subprocess
@@ -25,13 +26,13 @@ from rich.live import Live
 from rich.table import Table
 
 from gpuforge import options, paths
-from gpuforge.build import archcheck
-from gpuforge.build import bases
+from gpuforge.build import archcheck, bases, sizecheck
 from gpuforge.engine import client as engine
-from gpuforge.state import records
-from gpuforge.render import dockerfile as render
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target
+from gpuforge.render import dockerfile as render
+from gpuforge.render.labels import build_labels
+from gpuforge.state import records
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
@@ -62,6 +63,7 @@ class BuildOptions:
     progress: str = "auto"  # auto | tty | plain
     log_dir: Path | None = None  # None: gpuforge.options' log_dir (GPUFORGE_LOG_DIR)
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
+    provenance: str | None = None  # buildx --provenance (None: BuildKit's default; "false": none)
 
 
 @dataclass(kw_only=True)
@@ -77,20 +79,45 @@ class Result:
     last_line: str = ""
 
 
-def git_revision() -> str:
-    root = paths.project_root()
+def _git(*args: str) -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
+        return subprocess.run(["git", *args], cwd=paths.project_root(), capture_output=True, text=True,
+                              timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (rev or "unknown") + ("-dirty" if dirty else "")
+        return ""
 
 
-def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions, recipe: str,
-               revision: str) -> list[str]:
+def git_revision() -> str:
+    rev, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
+    return (rev or "unknown") + ("-dirty" if rev and dirty else "")
+
+
+def created_time() -> str:
+    """org.opencontainers.image.created: SOURCE_DATE_EPOCH, else the commit's time (a rebuild of one commit
+    gives the same image config, so the same id), else now. RFC 3339, UTC."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip() or _git("log", "-1", "--format=%ct")
+    try:
+        when = dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+    except ValueError:
+        if os.environ.get("SOURCE_DATE_EPOCH", "").strip():
+            msg = f"SOURCE_DATE_EPOCH={epoch!r}: not a Unix time (whole seconds since 1970)"
+            raise ConfigError(msg) from None
+        when = dt.datetime.now(dt.UTC)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def source_url() -> str:
+    """org.opencontainers.image.source: the CI's repository URL, else the git remote (credentials
+    removed), else 'unknown'."""
+    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repo:
+        return f"{server.rstrip('/')}/{repo}"
+    url = _git("remote", "get-url", "origin")
+    return re.sub(r"(//)[^/@\s]+@", r"\1", url) if url else "unknown"
+
+
+def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
+               labels: dict[str, str], metadata: Path | None = None) -> list[str]:
     if driver.name == "buildx":
         argv = [driver.client, "buildx", "build", "--load"]
         if opts.builder:
@@ -99,13 +126,17 @@ def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts
             argv += ["--cache-from", c]
         if opts.cache_to:
             argv += ["--cache-to", opts.cache_to]
+        if opts.provenance is not None:  # BuildKit >= 0.11 attaches provenance by default; buildx 0.10+ knows the flag
+            argv.append(f"--provenance={opts.provenance}")
+        if metadata:  # what BuildKit made: the config digest and, on the containerd store, the index
+            argv += ["--metadata-file", str(metadata)]
     else:
         argv = [driver.client, "build"]
     if opts.no_cache:
         argv.append("--no-cache")
-    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile"),
-             "--label", f"org.opencontainers.image.revision={revision}",
-             "--label", f"io.gpuforge.recipe={recipe}"]
+    argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile")]
+    for k, v in labels.items():
+        argv += ["--label", f"{k}={v}"]
     if opts.extra_ca:
         argv += ["--secret", f"id=ca,src={opts.extra_ca}"]
     if opts.index_url:
@@ -153,7 +184,9 @@ class _Runner:
 
     def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool):
         self.driver, self.opts, self.results, self.plain = driver, opts, results, plain
-        self.revision = git_revision()  # one value for every target of this run
+        # one value each for every target of this run
+        self.revision, self.created, self.source = git_revision(), created_time(), source_url()
+        self.engine = engine.engine_info()
         self.stop = threading.Event()
         self.procs: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
@@ -178,8 +211,10 @@ class _Runner:
         r.state = "building"
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="gpuforge-build-") as tmp:
-            iid = Path(tmp) / "iid"
-            argv = build_argv(self.driver, t, root, iid, self.opts, recipe, self.revision)
+            iid, meta = Path(tmp) / "iid", Path(tmp) / "metadata.json"
+            labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
+            argv = build_argv(self.driver, t, root, iid, self.opts, labels,
+                              meta if self.driver.name == "buildx" else None)
             with r.log.open("w", buffering=1) as log:  # line-buffered: the log can be tailed live
                 shown = redact("+ " + " ".join(argv))
                 log.write(shown + "\n")
@@ -210,7 +245,9 @@ class _Runner:
                 if not self.opts.keep_going:
                     self.kill_all()
                 return r
-            image_id = iid.read_text().strip()
+            metadata = json.loads(meta.read_text()) if meta.exists() else None
+            image_id = engine.built_image_id(iid.read_text(), metadata)
+            kind = str(((metadata or {}).get("containerimage.descriptor") or {}).get("mediaType", ""))
         try:  # the compat data's arch list must be the installed wheel's (#11): a mismatch is a failed build
             problem = archcheck.mismatch(t.variant, archcheck.wheel_arch_flags(image_id))
         except EngineError as e:
@@ -220,22 +257,31 @@ class _Runner:
             if not self.opts.keep_going:
                 self.kill_all()
             return r
-        self._tag(t, image_id, r, recipe)
+        img = engine.client().images.get(image_id)
+        size = int(img.attrs.get("Size", 0))
+        print(f"gpuforge: {t.id}: {sizecheck.note(t.id, size, self.engine.store)}", flush=True)
+        problem = sizecheck.problem(t.id, size, self.engine.store)
+        if problem:
+            r.state, r.error = "failed", f"build check failed: {problem}"
+            if not self.opts.keep_going:
+                self.kill_all()
+            return r
+        self._tag(t, img, r, recipe, size, index="index" in kind, argv=argv)
         return r
 
-    def _tag(self, t: Target, image_id: str, r: Result, recipe: str) -> None:
+    def _tag(self, t: Target, img, r: Result, recipe: str, size: int, *, index: bool, argv: list[str]) -> None:
         """Record the build, then move its tags: a tag never points at an image its record does not name.
         A failed record moves no tag; a failed tag puts the record and the tags already moved back."""
         c = engine.client()
-        img = c.images.get(image_id)
-        size = int(img.attrs.get("Size", 0))
+        image_id = img.id
         try:
             before = records.build(t.id)
             # another image has no report or push yet: the old one's must not carry over (the same image keeps them)
             stale = {} if before and before.image_id == image_id else dict.fromkeys(records.IMAGE_FACTS)
             records.update_build(t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
                                  driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                                 extra_ca=self.opts.extra_ca, revision=self.revision,
+                                 extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
+                                 image_store=self.engine.store, image_index=index, argv=argv,
                                  built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
         except StateError as e:
             r.state, r.error = "failed", f"built {image_id[:19]} but could not record it, so no tag moved: {e}"
@@ -267,6 +313,9 @@ class _Runner:
                 self.kill_all()
             return
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, size
+        # which engine and store made it, and whether BuildKit's index (with attestations) is the image
+        print(f"gpuforge: built {t.id} = {image_id} on {self.engine.describe()}"
+              f"{', an image index (provenance attestation attached)' if index else ''}", flush=True)
 
 
 def _image_of(c, ref: str) -> str | None:
@@ -341,3 +390,19 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         msg = f"{len(failed)} of {len(results)} target(s) did not build: {', '.join(r.target.id for r in failed)}"
         raise BuildError(msg)
     return list(results.values())
+
+
+def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
+    """A recorded buildx build, run again (every step from BuildKit's cache) with the exporter `output`
+    instead of --load: same Dockerfile, context, secrets and labels, so the same image config."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--load":
+            out += ["--output", output]
+        elif a in ("--iidfile", "--metadata-file"):
+            next(it, None)
+            out += [a, str(tmp / a.lstrip("-"))]
+        else:
+            out.append(a)
+    return out

@@ -116,3 +116,34 @@ def choose_driver(preferred_client: str | None = None, want: str = "auto") -> Dr
         msg = (f"no docker client can run BuildKit builds (found: {found}): install the buildx plugin "
                "(docker-buildx-plugin) or a docker.io 20.10 client")
     raise EngineError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineInfo:
+    version: str
+    store: str  # the image store: a graphdriver name (overlay2) or "containerd/<snapshotter>"
+
+    @property
+    def containerd_store(self) -> bool:
+        """Images live in containerd (Docker 24+ with the containerd-snapshotter feature, the default on new
+        installs of 29): an image id is its manifest or index digest, and `--load` keeps BuildKit's index
+        with its attestation manifests. On a graphdriver store the id is the image config's digest."""
+        return self.store.startswith("containerd/")
+
+    def describe(self) -> str:
+        return f"engine {self.version}, image store {self.store}"
+
+
+def engine_info() -> EngineInfo:
+    info = client().info()
+    status = dict(tuple(p) for p in info.get("DriverStatus") or [] if len(p) == 2)
+    driver = str(info.get("Driver", "unknown"))
+    store = f"containerd/{driver}" if status.get("driver-type") == "io.containerd.snapshotter.v1" else driver
+    return EngineInfo(version=str(info.get("ServerVersion", "unknown")), store=store)
+
+
+def built_image_id(iid: str, metadata: dict | None) -> str:
+    """The engine's id of what a build loaded. BuildKit's iidfile holds the image config digest when it
+    exports a single manifest, and a containerd store knows that image by its manifest digest, so the
+    build's metadata (`containerimage.digest`: the descriptor the exporter stored) comes first."""
+    return str((metadata or {}).get("containerimage.digest") or iid).strip()

@@ -34,6 +34,11 @@ MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is ex
 _ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
 
 
+# How gpuforge.build.bases shapes a bootstrapped root file system; part of the base's recipe (a change
+# gives a new base tag). 2: without docs, man pages and translations (copyright files kept).
+BOOTSTRAP_ROOTFS = 2
+
+
 def bootstrap_tag(os_name: str, boot: dict) -> str:
     digest = hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()[:12]
     return f"gpuforge/base:{os_name.replace('.', '')}-{boot['suite']}-{digest}"
@@ -378,7 +383,7 @@ def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tupl
         info = compat.os_info(os_name)
         return (info["image"] if info else ""), None
     if base.bootstrap:
-        boot = base.bootstrap.model_dump()
+        boot = {**base.bootstrap.model_dump(), "rootfs": BOOTSTRAP_ROOTFS}
         return bootstrap_tag(os_name, boot), boot
     return base.image, None
 

@@ -19,15 +19,17 @@ tag moves) unless:
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
 from pathlib import Path
 
 import docker.errors
 
+from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import attest, history, prod, transaction
+from gpuforge.publish import attest, compress, history, prod, transaction
 from gpuforge.publish.registry import Registry, credentials
 from gpuforge.state import records
 from gpuforge.state.promotions import Evidence, PromotionRecord
@@ -39,11 +41,25 @@ def ref_for(t: Target, registry: str | None) -> ImageRef:
     return t.ref.on(registry) if registry else t.ref
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False) -> list[dict]:
+def pushed_digest(status: str, tag: str) -> str | None:
+    m = re.fullmatch(rf"{re.escape(tag)}: digest: (sha256:[0-9a-f]{{64}}) size: \d+", status.strip())
+    return m.group(1) if m else None
+
+
+def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False,
+                 compression: str = "gzip") -> list[dict]:
+    compress.check(compression)
     c = engine.client()
+    info = engine.engine_info()
+    recs = {t.id: records.require(t.id) for t in targets}
+    if compression != "gzip":  # refused before anything moves
+        for t in targets:
+            if why := compress.refusal(recs[t.id], info):
+                msg = f"{t.id}: {why}"
+                raise ConfigError(msg)
     out = []
     for t in targets:
-        rec = records.require(t.id)
+        rec = recs[t.id]
         ref = ref_for(t, registry)
         host, repo, tag = ref.registry, ref.repository, ref.tag
         try:
@@ -60,6 +76,15 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
                 raise PromotionRefused(msg)
             replaced = {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
             print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+        res = {"target": t.id, "ref": str(ref)}
+        if compression in ("zstd", "both"):
+            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, Path(options.setting("log_dir")))
+            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=f"{ref}{compress.ZSTD_SUFFIX}")
+            print(f"gpuforge: pushed {ref}{compress.ZSTD_SUFFIX}@{zdigest} (zstd, {info.describe()})", flush=True)
+            res["digest_zstd"] = zdigest
+        if compression == "zstd":
+            out.append(res)
+            continue
         img.tag(ref.name, tag)
         creds = credentials(host)
         auth = {"username": creds[0], "password": creds[1]} if creds else None
@@ -70,7 +95,9 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
                 if "error" in ev:
                     msg = f"push of {ref} failed: {ev['error']}"
                     raise RegistryError(msg)
-                digest = (ev.get("aux") or {}).get("Digest", digest)
+                # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
+                # "TAG: digest: sha256:... size: N"
+                digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), tag) or digest
         except docker.errors.APIError as e:
             msg = f"push of {ref} failed: {e.explanation or e}"
             raise RegistryError(msg) from None
@@ -78,13 +105,13 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
             msg = f"push of {ref} reported no digest"
             raise RegistryError(msg)
         m = Registry(host).manifest(repo, digest)
-        if m is None or m.config_digest != rec["image_id"]:
+        if m is None or not m.holds(rec["image_id"]):
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
         records.update(t.id, digest=digest, pushed_ref=str(ref),
                        **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
-        print(f"gpuforge: pushed {ref}@{digest}", flush=True)
-        out.append({"target": t.id, "ref": str(ref), "digest": digest})
+        print(f"gpuforge: pushed {ref}@{digest} (gzip, {info.describe()})", flush=True)
+        out.append({**res, "digest": digest})
     return out
 
 
@@ -203,8 +230,8 @@ def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow
     m = reg.manifest(repo, digest)
     if m is None:
         _refuse(t.id, f"the registry has no manifest {digest}")
-    if m.config_digest != image_id:
-        _refuse(t.id, f"{digest} holds image {m.config_digest}, not the validated {image_id[:19]}")
+    if not m.holds(image_id):
+        _refuse(t.id, f"{digest} holds image {m.config_digest or 'an index'}, not the validated {image_id[:19]}")
     current = reg.manifest(repo, tag)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"

@@ -110,8 +110,19 @@ class Manifest:
 
     @property
     def config_digest(self) -> str | None:
-        """The image config digest (== the docker image id) of a single-platform manifest."""
+        """The image config digest (== the docker image id on a graphdriver store) of a single-platform manifest."""
         return json.loads(self.body).get("config", {}).get("digest")
+
+    @property
+    def is_index(self) -> bool:
+        return "manifests" in json.loads(self.body)
+
+    def holds(self, image_id: str) -> bool:
+        """Whether these are the bytes of the engine's image `image_id`. A graphdriver engine (20.10's
+        overlay2) names an image by its config digest, which the pushed manifest points to; the containerd
+        store names it by its manifest or index digest (an index when BuildKit attached provenance), and
+        pushes those very bytes."""
+        return image_id in (self.digest, self.config_digest)
 
 
 class Registry:
@@ -146,6 +157,15 @@ class Registry:
         except json.JSONDecodeError:
             msg = f"registry {self.host}: the tag list of {repo} is not JSON"
             raise RegistryError(msg) from None
+    def config(self, repo: str, digest: str) -> dict:
+        """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
+        with auth_file(self.host) as af:
+            r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
+                        *(["--authfile", af] if af else []), f"docker://{self.host}/{repo}@{digest}"],
+                       f"GET config of {repo}@{digest[:19]}", self.host)
+        if r.returncode != 0:
+            _fail(r, self.host, f"GET config of {repo}@{digest[:19]}")
+        return json.loads(r.stdout)
 
     def copy(self, repo: str, digest: str, tag: str) -> None:
         """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""

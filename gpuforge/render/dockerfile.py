@@ -20,7 +20,7 @@ from gpuforge.errors import ConfigError
 from gpuforge.plan import grammar
 from gpuforge.plan.matrix import Target
 from gpuforge.render import locks
-from gpuforge.render.labels import expected_labels
+from gpuforge.render.labels import LICENSES, expected_labels
 from gpuforge.render.packages import image_spec, metrics_tools, pip_tools
 
 PER_TARGET = ("Dockerfile", "target.json", "constraints.txt")
@@ -83,6 +83,7 @@ def labels(t: Target) -> list[tuple[str, str]]:
         "org.opencontainers.image.version": v.torch_local_version,
         "org.opencontainers.image.vendor": "gpuforge",
         "org.opencontainers.image.base.name": t.base_image,
+        "org.opencontainers.image.licenses": LICENSES,
     }
     out.update(expected_labels(t.expected()))
     return sorted(out.items())

@@ -24,3 +24,17 @@ def expected_labels(expected) -> dict[str, str]:
     out = {label_key(k): label_value(v) for k, v in given.items() if k not in NOT_LABELS}
     out[f"{NS}.target"] = given["id"]
     return out
+
+
+OCI = "org.opencontainers.image"
+# What the image's software is distributed under (SPDX): PyTorch and its Python stack are BSD-3-Clause
+# or compatible; NVIDIA's CUDA wheels are under NVIDIA's own licence. The Debian packages keep theirs
+# in /usr/share/doc/*/copyright, which the image keeps.
+LICENSES = "BSD-3-Clause AND LicenseRef-NVIDIA-Software-License-Agreement"
+# Set at build time with --label, not written in the Dockerfile: they change per commit (a LABEL line
+# would change the committed images/dist files), and labels given to the build touch no cached layer.
+BUILD_LABELS = (f"{OCI}.revision", f"{OCI}.created", f"{OCI}.source", f"{NS}.recipe")
+
+
+def build_labels(*, revision: str, created: str, source: str, recipe: str) -> dict[str, str]:
+    return dict(zip(BUILD_LABELS, (revision, created, source, recipe), strict=True))

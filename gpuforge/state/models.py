@@ -32,6 +32,12 @@ class BuildRecord(BaseModel):
     extra_ca: str | None = None
     revision: str | None = None  # the checkout's git revision the image was built from
     built_at: str | None = None
+    # which engine built it: version, image store (overlay2 | containerd), whether the image is an index
+    # (BuildKit's provenance attestation attached), and the build's argv (the zstd push re-runs it from the cache)
+    engine: str | None = None
+    image_store: str | None = None
+    image_index: bool | None = None
+    argv: list[str] | None = None
     # validate: the report files and the digest of what they held when written (promote compares)
     report: str | None = None
     report_digest: str | None = None
@@ -40,6 +46,9 @@ class BuildRecord(BaseModel):
     # push: the registry manifest digest and the reference it was pushed as
     digest: str | None = None
     pushed_ref: str | None = None
+    digest_zstd: str | None = None  # push --compression zstd|both: the <tag>-zstd copy (same layers, zstd)
+    pushed_ref_zstd: str | None = None
+    replaced: list[dict] | None = None  # push --replace: the build tag moved off another digest (tag, from, to, at)
 
 
 class BuildsFile(BaseModel):

@@ -55,6 +55,8 @@ BROKEN = [
     ("root-user", ["USER root"], "test_metadata.py::test_default_user_is_not_root", "default user is root"),
     ("wrong-torch-label", ["LABEL io.gpuforge.torch=2.7.0+cu126"], "test_metadata.py::test_labels_match_the_matrix",
      "io.gpuforge.torch"),
+    ("created-not-a-time", ["LABEL org.opencontainers.image.created=yesterday"], "test_metadata.py::test_oci_labels_present",
+     "not an RFC 3339 date-time"),
     ("permit-root-login", ["USER root", "RUN sed -i 's/^PermitRootLogin no/PermitRootLogin yes/' /etc/ssh/sshd_config.d/gpuforge.conf",
                            "USER 1000"], "test_security.py::test_sshd_effective_settings", "permitrootlogin"),
     ("password-auth", ["USER root", "RUN sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/gpuforge.conf",

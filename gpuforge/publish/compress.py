@@ -1,0 +1,121 @@
+"""zstd layers (#21): the validated image pushed a second time as `<tag>-zstd`, its layers zstd-compressed
+(OCI media types), for engines that pull zstd (Docker 23+, containerd 1.5+); `<tag>` stays gzip for the
+rest (Docker 20.10 cannot pull zstd). Two tags, not one index with both: an index offering the same
+platform twice lets each client pick the first entry, so an old engine could pick zstd and fail.
+
+How: the recorded buildx build runs again (every step from BuildKit's cache) with the image exporter
+`compression=zstd,force-compression=true,oci-mediatypes=true,push=true`. That needs a builder that can
+export images with a chosen compression: the docker driver on an engine with the containerd image store
+(Docker 24+, `{"features": {"containerd-snapshotter": true}}`), or a docker-container/remote builder
+(`gpuforge build --builder`). The docker driver on a graphdriver engine (20.10's overlay2) exports only
+`--load`; gpuforge refuses there with one line, before pushing anything.
+
+What is checked after the push: every layer of `<tag>-zstd` is zstd, and its image config has the same
+layers (rootfs.diff_ids: digests of the uncompressed layers) and the same runtime config as the validated
+image in the engine: the same files and settings, compressed otherwise.
+
+`gzip` pushes `<tag>`, `zstd` pushes `<tag>-zstd` only, `both` pushes both. Promotion moves the gzip
+digest; `gpuforge attest` signs the report onto the zstd digest too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gpuforge.build import runner
+from gpuforge.engine import client as engine
+from gpuforge.errors import ConfigError, RegistryError
+from gpuforge.publish.registry import Registry, auth_file
+
+COMPRESSIONS = ("gzip", "zstd", "both")
+ZSTD_OUTPUT = "type=image,name={ref},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
+ZSTD_SUFFIX = "-zstd"
+
+
+def refusal(rec: dict, info: engine.EngineInfo) -> str | None:
+    """Why this engine/builder cannot export zstd layers (None: it can)."""
+    if rec.get("driver") != "buildx":
+        return (f"--compression zstd re-runs the buildx build, but {rec.get('image_id', '?')[:19]} was built with the "
+                f"{rec.get('driver', 'unknown')} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
+    if not rec.get("argv"):
+        return (f"--compression zstd re-runs the recorded build, and the record of {rec.get('image_id', '?')[:19]} "
+                "has no build command (built by an older gpuforge); rebuild it")
+    if not info.containerd_store and "--builder" not in rec["argv"]:
+        return (f"--compression zstd needs a builder that exports zstd layers: this is {info.describe()}, whose buildx "
+                "docker driver cannot; use an engine with the containerd image store (Docker 24+, daemon.json "
+                '{"features": {"containerd-snapshotter": true}}) or a docker-container builder (--builder), or push gzip')
+    return None
+
+
+RUNTIME_KEYS = ("Env", "Entrypoint", "Cmd", "User", "WorkingDir", "Labels", "ExposedPorts")
+
+
+def _same_content(local: dict, zs: dict) -> str | None:
+    """`local`: the engine's inspect of the validated image; `zs`: the pushed zstd image's config."""
+    if local.get("RootFS", {}).get("Layers") != zs.get("rootfs", {}).get("diff_ids"):
+        return "its layers (uncompressed digests) differ from the validated image's"
+    want, got = local.get("Config") or {}, zs.get("config") or {}
+    diff = [k for k in RUNTIME_KEYS if (want.get(k) or None) != (got.get(k) or None)]
+    if diff:
+        return f"its runtime config differs from the validated image's ({', '.join(diff)})"
+    return None
+
+
+def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path) -> str:
+    """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
+    ref = f"{host}/{repo}:{tag}{ZSTD_SUFFIX}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
+    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
+        argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        if af:  # buildx pushes with the docker config's credentials
+            env["DOCKER_CONFIG"] = str(Path(af).parent)
+        print(f"gpuforge: pushing {ref} (zstd layers, from the build cache; log {log})", flush=True)
+        with log.open("w") as f:
+            f.write(runner.redact("+ " + " ".join(argv)) + "\n")
+            f.flush()
+            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        meta = Path(tmp) / "metadata-file"
+        digest = json.loads(meta.read_text()).get("containerimage.digest") if meta.exists() else None
+    if rc != 0 or not digest:
+        last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"
+        raise RegistryError(msg)
+    reg = Registry(host)
+    m = reg.manifest(repo, digest)
+    if m is None:
+        msg = f"zstd push of {ref} reported {digest}, which the registry does not hold"
+        raise RegistryError(msg)
+    zs = reg.config(repo, digest)
+    layers = _layers(reg, repo, m)
+    if not layers or not all(mt.endswith("+zstd") for mt in layers):
+        msg = f"{ref}@{digest}: not every layer is zstd ({sorted(set(layers))})"
+        raise RegistryError(msg)
+    why = _same_content(engine.client().images.get(rec["image_id"]).attrs, zs)
+    if why:
+        msg = f"{ref}@{digest}: {why} (the checkout changed since the build? rebuild, validate, push again)"
+        raise RegistryError(msg)
+    return digest
+
+
+def _layers(reg: Registry, repo: str, m) -> list[str]:
+    """The layer media types of the image manifest (an index's linux manifest)."""
+    doc = json.loads(m.body)
+    if "manifests" in doc:
+        plat = [d for d in doc["manifests"] if d.get("platform", {}).get("os") == "linux"]
+        if not plat:
+            return []
+        sub = reg.manifest(repo, plat[0]["digest"])
+        doc = json.loads(sub.body) if sub else {}
+    return [layer.get("mediaType", "") for layer in doc.get("layers", [])]
+
+
+def check(compression: str) -> None:
+    if compression not in COMPRESSIONS:
+        msg = f"--compression / GPUFORGE_COMPRESSION={compression!r}: allowed: {', '.join(COMPRESSIONS)}"
+        raise ConfigError(msg)

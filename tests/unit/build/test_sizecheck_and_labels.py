@@ -1,0 +1,89 @@
+"""The image size check against its baseline, the build-time OCI labels, and which id a build made."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuforge.build import runner, sizecheck
+from gpuforge.engine import client as engine
+from gpuforge.errors import ConfigError
+from gpuforge.render.labels import BUILD_LABELS, build_labels
+
+TID = "pt271-cu126-py311-debian12-runtime-wheels"
+
+
+@pytest.fixture
+def baseline(tmp_path):
+    p = tmp_path / "size-baseline.json"
+    p.write_text(json.dumps({"targets": {TID: {"size": 6_000_000_000, "store": "overlay2"}}}))
+    return p
+
+
+def test_within_five_percent_passes_outside_fails(baseline):
+    assert sizecheck.problem(TID, 6_250_000_000, "overlay2", path=baseline) is None  # +4.2 %
+    assert sizecheck.problem(TID, 5_750_000_000, "overlay2", path=baseline) is None  # -4.2 %
+    grown = sizecheck.problem(TID, 6_400_000_000, "overlay2", path=baseline)
+    assert "+6.7%" in grown and "tools/size_baseline.py" in grown
+    assert "-10.0%" in sizecheck.problem(TID, 5_400_000_000, "overlay2", path=baseline)
+
+
+def test_other_store_or_target_is_not_compared(baseline):
+    assert sizecheck.problem(TID, 9_000_000_000, "containerd/overlayfs", path=baseline) is None
+    assert "not compared" in sizecheck.note(TID, 9_000_000_000, "containerd/overlayfs", path=baseline)
+    assert sizecheck.problem("other", 9_000_000_000, "overlay2", path=baseline) is None
+    assert "no baseline" in sizecheck.note("other", 1, "overlay2", path=baseline)
+
+
+@pytest.mark.parametrize("text", ["[]", '{"targets": {"x": {"size": "big", "store": "overlay2"}}}', "{not json"])
+def test_malformed_baseline_is_one_line(tmp_path, text):
+    p = tmp_path / "b.json"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=r"b\.json"):
+        sizecheck.problem(TID, 1, "overlay2", path=p)
+
+
+def test_committed_baseline_is_well_formed():
+    assert sizecheck.load()[TID]["store"] == "overlay2"
+
+
+def test_created_comes_from_source_date_epoch(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert runner.created_time() == "2023-11-14T22:13:20Z"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
+        runner.created_time()
+
+
+def test_source_is_the_ci_repository_or_a_credential_free_remote(monkeypatch):
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/gpuforge")
+    assert runner.source_url() == "https://github.com/org/gpuforge"
+    monkeypatch.delenv("GITHUB_SERVER_URL")
+    monkeypatch.setattr(runner, "_git", lambda *a: "https://user:tok3n@git.example/org/gpuforge.git")
+    assert runner.source_url() == "https://git.example/org/gpuforge.git"
+
+
+def test_build_labels_are_passed_on_the_command_line(tmp_path):
+    from gpuforge.plan.matrix import load_matrix
+
+    t = load_matrix().select(None)[0]
+    labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source="unknown", recipe="r")
+    assert set(labels) == set(BUILD_LABELS)
+    drv = engine.Driver(name="buildx", client="docker", client_version="28")
+    argv = runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(provenance="false"), labels,
+                             tmp_path / "meta.json")
+    assert "org.opencontainers.image.created=2026-01-01T00:00:00Z" in argv and "--provenance=false" in argv
+    assert argv[argv.index("--metadata-file") + 1] == str(tmp_path / "meta.json")
+    again = runner.export_argv(argv, "type=image,name=x,push=true", tmp_path / "t")
+    assert "--load" not in again and again[again.index("--output") + 1] == "type=image,name=x,push=true"
+    assert again[again.index("--iidfile") + 1] == str(tmp_path / "t" / "iidfile")
+
+
+def test_engine_id_comes_from_the_build_metadata():
+    """A containerd store names a single-manifest image by its manifest digest; BuildKit's iidfile then
+    holds the config digest, which that engine does not know (seen on 26.1.5 with --provenance=false)."""
+    meta = {"containerimage.config.digest": "sha256:c", "containerimage.digest": "sha256:m"}
+    assert engine.built_image_id("sha256:c\n", meta) == "sha256:m"
+    assert engine.built_image_id("sha256:c\n", None) == "sha256:c"
