@@ -1,6 +1,6 @@
-"""The gpuforge CLI: plan | generate | build | validate | smoke | push | attest | promote | clean.
+"""The gpuforge command line: one argparse block and a one-line dispatch per subcommand.
 
-Each command is a short pipeline over the package; FatalError is caught once, here.
+Every FatalError is caught once, in main(), and printed as one line with its kind's exit code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuforge.errors import ConfigError, FatalError
+from gpuforge import __version__
+from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan import grammar
 from gpuforge.plan.matrix import DEFAULT_MATRIX, Matrix, load_matrix
 
@@ -201,31 +202,61 @@ def cmd_attest(args) -> int:
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
-    n = run.clean()
-    print(f"removed {n} gpuforge container(s)")
+    print(run.sweep(everything=args.all).line())  # one line, on stdout: what went and what was kept
     return 0
 
 
+DESCRIPTION = """\
+Build PyTorch + CUDA container images from one matrix.yaml, prove each one with validators (versions,
+security, SSH, Jupyter, GPU), sign the evidence with cosign and promote exactly the validated digest
+from dev to prod.
+
+The usual sequence, for the matrix default (or give selectors such as cuda=12.8 flavor=devel):
+  gpuforge build                       build with BuildKit, tag only on success
+  gpuforge validate                    run the validators; writes reports/<target>/report.md
+  gpuforge push                        push to the matrix's registry, record the digest
+  gpuforge attest --key cosign.key     sign the green report onto the pushed digest
+  gpuforge promote --to dev --key cosign.pub
+Run `gpuforge COMMAND --help` for a command's options; docs/ and README.md say more."""
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {code:<4} {what}" for code, what in exit_codes())
+    return f"exit codes (errors are one line on stderr):\n{codes}"
+
+
+def _progress_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--progress", choices=("auto", "tty", "plain"), default=os.environ.get("GPUFORGE_PROGRESS") or "auto",
+                   help=f"how {what} progress is shown: tty (a live display), plain (one line per step, for logs), "
+                        "or auto: tty when stdout is a terminal (env GPUFORGE_PROGRESS)")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gpuforge", description=__doc__)
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="gpuforge", description=DESCRIPTION, epilog=_epilog(), formatter_class=fmt)
+    ap.add_argument("--version", action="version", version=f"gpuforge {__version__}",
+                    help="print gpuforge's version and exit")
     ap.add_argument("--matrix", default=os.environ.get("GPUFORGE_MATRIX", str(DEFAULT_MATRIX)),
                     help="path to matrix.yaml (env GPUFORGE_MATRIX)")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def add(name: str, fn, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, epilog=_epilog(), formatter_class=fmt)
         if selectors:
             p.add_argument("selectors", nargs="*", help="key=value (glob values) and target-id globs; none: the default")
         p.set_defaults(fn=fn)
         return p
 
+    reports_help = "folder of the validation reports, one subfolder per target (default: reports)"
+    registry_help = "registry host[:port] to use instead of matrix.yaml's registry (env GPUFORGE_REGISTRY)"
+    pytest_args_help = "extra pytest arguments for the validators, e.g. '-k ssh'"
     p = add("plan", cmd_plan, "print the expanded targets")
     p.add_argument("--json", action="store_true", help='print {"include": [...]} for a GitHub Actions matrix')
     p = add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     p.add_argument("--check", action="store_true", help="fail, naming the files, when generated files are stale")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
     p = add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
-    p.add_argument("--output", default="matrix.schema.json")
+    p.add_argument("--output", default="matrix.schema.json", help="where to write the schema (default: matrix.schema.json)")
     p.add_argument("--check", action="store_true", help="fail when the committed schema is stale")
     p = add("build", cmd_build, "build images with BuildKit (buildx when present)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="targets built in parallel")
@@ -240,15 +271,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="rebuild every layer (BuildKit's cache mounts still apply)")
     p.add_argument("--index-url", default=os.environ.get("GPUFORGE_INDEX_URL"), help="override the torch index (a mirror)")
     p.add_argument("--pypi-url", default=os.environ.get("GPUFORGE_PYPI_URL"), help="override the PyPI index (a mirror)")
-    p.add_argument("--progress", choices=("auto", "tty", "plain"), default="auto")
+    _progress_option(p, "build")
     p = add("validate", cmd_validate, "run the validators against built targets")
-    p.add_argument("--reports", default="reports")
+    p.add_argument("--reports", default="reports", help=reports_help)
     p.add_argument("--gpu", action="store_true", help="also run the GPU validators (starts containers with every GPU)")
     gpu_request_help = ("how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
                         "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on); else env GPUFORGE_GPU_REQUEST, "
                         "else matrix.yaml's gpu_request, else nvidia")
     p.add_argument("--gpu-request", help=gpu_request_help)
-    p.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k ssh'")
+    p.add_argument("--pytest-args", default="", help=pytest_args_help)
+    _progress_option(p, "validation")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("--image", help="start a container of this image with every GPU and check inside it")
@@ -258,25 +290,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
     p.add_argument("--expect", action="append", default=[], help="KEY=VALUE expected version (overrides the target)")
     p.add_argument("--target-json", help="expected versions as JSON (e.g. /opt/gpuforge/target.json)")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--pytest-args", default="")
+    p.add_argument("--reports", default="reports", help="folder for the smoke report (written under smoke/)")
+    p.add_argument("--pytest-args", default="", help=pytest_args_help)
+    _progress_option(p, "smoke")
     p = add("push", cmd_push, "push built targets and record their digests")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help=registry_help)
+    _progress_option(p, "push")
     p = add("promote", cmd_promote, "promote validated digests to dev or prod")
-    p.add_argument("--to", required=True, choices=("dev", "prod"))
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--to", required=True, choices=("dev", "prod"),
+                   help="the environment whose tags move: dev (from the build tag) or prod (from the dev tag)")
+    p.add_argument("--reports", default="reports", help=reports_help)
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help=registry_help)
     p.add_argument("--require-gpu", action="store_true", help="also require a GPU-validated report (default for prod)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_PUBLIC_KEY"),
                    help="cosign public key that signed the evidence (env GPUFORGE_COSIGN_PUBLIC_KEY; keyless: "
                         "GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)")
     p = add("attest", cmd_attest, "sign the green report (and inventory) onto the pushed digest with cosign")
-    p.add_argument("--reports", default="reports")
-    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"))
+    p.add_argument("--reports", default="reports", help=reports_help)
+    p.add_argument("--registry", default=os.environ.get("GPUFORGE_REGISTRY"), help=registry_help)
     p.add_argument("--gpu", action="store_true", help="attest the GPU report (report-gpu.json)")
     p.add_argument("--key", default=os.environ.get("GPUFORGE_COSIGN_KEY"),
                    help="cosign private key (env GPUFORGE_COSIGN_KEY, password in COSIGN_PASSWORD); none: keyless (OIDC)")
-    add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
+    p = add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)",
+            selectors=False)
+    p.add_argument("--all", action="store_true",
+                   help="remove every gpuforge container, also those of runs still alive (stops them)")
     return ap
 
 
@@ -295,7 +333,7 @@ def _reap() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.cmd in ("build", "validate", "clean"):
+        if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
             _reap()
         return args.fn(args)
     except FatalError as e:

@@ -1,6 +1,6 @@
 """Container lifecycle: every container gpuforge starts goes through `container()` and is removed
-on success, failure and Ctrl-C. Each is labelled as gpuforge's (and with its run id), so `clean()`
-can remove what a crashed run left behind. Ports are published on 127.0.0.1 only.
+on success, failure and Ctrl-C. Each is labelled as gpuforge's, with its run id and its owning
+process, so `sweep()` can remove what a crashed run left behind and nothing of a live one. Ports are published on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -161,8 +161,10 @@ def gpu_request_error(image: str, mode: str, text: str) -> str:
     return f"cannot start {image} with a GPU ({mode} request): {text}"
 
 
-# "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that
-# process is gone (SIGKILL, OOM, a crashed runner), without touching containers of runs still alive.
+# "<host>:<pid>:<start time>:<boot id>" of the process that started a container: `clean` (and the reap
+# at the start of build/validate) removes it once that process is gone (SIGKILL, OOM, a crashed runner),
+# and never touches a container of a run still alive. The start time (from /proc/<pid>/stat) makes the
+# pid name one process even after the pid is reused; the boot id tells a pid of before a reboot.
 OWNER_LABEL = "io.gpuforge.process"
 
 
@@ -178,28 +180,28 @@ def _started(pid: int) -> str:
     return "" if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
-def owner_alive(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit() or not started:
-        return True  # another machine's (or an unlabelled) run: not ours to judge
-    return _started(int(pid)) == started
+def _owner(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_started(pid)}:{_boot_id()}"
 
 
-def reap() -> int:
-    """Remove gpuforge containers whose owning process is gone; returns how many."""
-    n = 0
-    for cont in leftovers():
-        owner = (cont.labels or {}).get(OWNER_LABEL)
-        if owner and not owner_alive(owner):
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                cont.remove(force=True, v=True)
-                n += 1
-    return n
+def owner_alive(owner: str) -> bool | None:
+    """True: the owning process still runs; False: it is gone; None: not ours to judge (another machine or
+    pid namespace, or a label this version cannot read)."""
+    parts = owner.split(":")
+    if len(parts) not in (3, 4) or parts[0] != socket.gethostname() or not parts[1].isdigit() or not parts[2]:
+        return None
+    if len(parts) == 4 and parts[3] and _boot_id() and parts[3] != _boot_id():
+        return False  # started before this machine's last boot: that process is gone
+    return _started(int(parts[1])) == parts[2]
 
 
 def leftovers(run_id: str | None = None) -> list:
@@ -207,11 +209,49 @@ def leftovers(run_id: str | None = None) -> list:
     return engine.client().containers.list(all=True, filters={"label": label})
 
 
-def clean(run_id: str | None = None) -> int:
-    """Remove gpuforge's containers (of one run, or all); returns how many."""
-    n = 0
-    for cont in leftovers(run_id):
-        with contextlib.suppress(docker.errors.NotFound):
-            cont.remove(force=True, v=True)
-            n += 1
-    return n
+def _remove(cont) -> bool:
+    try:
+        cont.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        return False  # another reaper was first
+    except docker.errors.APIError as e:
+        msg = f"cannot remove container {cont.id[:12]}: {e.explanation or e}"
+        raise EngineError(msg) from None
+    return True
+
+
+@dataclass(frozen=True)
+class Swept:
+    removed: int  # containers of gpuforge runs that are gone (or every one, with everything=True)
+    alive: int  # kept: their run still runs
+    unknown: int  # kept: owned by another host or pid namespace, or unlabelled
+
+    def line(self) -> str:
+        kept = [f"{self.alive} of live runs"] * bool(self.alive) + \
+               [f"{self.unknown} of unknown owner (another host or namespace; --all removes them)"] * bool(self.unknown)
+        return f"removed {self.removed} gpuforge container(s)" + (f"; kept {', '.join(kept)}" if kept else "")
+
+
+def sweep(*, everything: bool = False) -> Swept:
+    """Remove gpuforge containers whose owning process is gone (every gpuforge container with `everything`)."""
+    removed = alive = unknown = 0
+    for cont in leftovers():
+        owner = (cont.labels or {}).get(OWNER_LABEL, "")
+        state = False if everything else (owner_alive(owner) if owner else None)
+        if state is False:
+            removed += _remove(cont)
+        elif state:
+            alive += 1
+        else:
+            unknown += 1
+    return Swept(removed, alive, unknown)
+
+
+def reap() -> int:
+    """Remove gpuforge containers whose owning process is gone; returns how many."""
+    return sweep().removed
+
+
+def clean(run_id: str) -> int:
+    """Remove the containers of one run (the caller's own, when its validators end); returns how many."""
+    return sum(_remove(c) for c in leftovers(run_id))

@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from gpuforge.errors import FatalError
+from gpuforge.errors import StateError
 
 _lock = threading.Lock()
 
@@ -34,7 +34,7 @@ def load() -> dict[str, dict]:
         return json.loads(p.read_text())
     except json.JSONDecodeError as e:
         msg = f"{p}: build record is corrupt ({e.msg} at line {e.lineno}); delete it and rebuild"
-        raise FatalError(msg) from None
+        raise StateError(msg) from None
 
 
 def update(target_id: str, **fields) -> dict:
@@ -57,5 +57,5 @@ def require(target_id: str) -> dict:
     rec = get(target_id)
     if not rec:
         msg = f"{target_id} has not been built (no record in {_path()}); run `gpuforge build {target_id}` first"
-        raise FatalError(msg)
+        raise StateError(msg)
     return rec

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from gpuforge.errors import FatalError
+from gpuforge.errors import StateError
 from gpuforge.validate import evidence
 
 
@@ -16,10 +16,10 @@ def load(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         msg = f"no validation report at {path}; run `gpuforge validate` first"
-        raise FatalError(msg) from None
+        raise StateError(msg) from None
     except json.JSONDecodeError as e:
         msg = f"{path}: report is not valid JSON ({e.msg}); re-run validation"
-        raise FatalError(msg) from None
+        raise StateError(msg) from None
 
 
 def is_green(rep: dict, *, require_gpu: bool = False) -> bool:

@@ -33,7 +33,21 @@ def test_a_reused_pid_is_not_the_owner():
 
 @pytest.mark.parametrize("owner", ["other-host:1:1", "garbage", f"{socket.gethostname()}:notapid:1", ""])
 def test_foreign_or_unreadable_owners_are_left_alone(owner):
-    assert run.owner_alive(owner)
+    assert run.owner_alive(owner) is None  # not judged: `clean` keeps it (only --all removes it)
+
+
+def test_an_owner_from_before_the_last_boot_is_gone():
+    """Same host, pid and start time, but another boot id: the machine rebooted since, that process is gone."""
+    host, pid, started, boot = run._owner().split(":")
+    assert boot and run.owner_alive(f"{host}:{pid}:{started}:{boot}") is True
+    assert run.owner_alive(f"{host}:{pid}:{started}:00000000-0000-0000-0000-000000000000") is False
+
+
+def test_clean_says_what_it_kept():
+    assert run.Swept(0, 0, 0).line() == "removed 0 gpuforge container(s)"
+    line = run.Swept(2, 3, 1).line()
+    assert line.startswith("removed 2 gpuforge container(s); kept 3 of live runs, 1 of unknown owner")
+    assert "\n" not in line
 
 
 @pytest.mark.parametrize(("host", "insecure"), [
