@@ -86,6 +86,7 @@ class Result:
     log: Path | None = None
     error: str = ""
     last_line: str = ""
+    engine_lost: bool = False  # the build failed because the engine went away (exit 3, not 4)
 
 
 def git_revision() -> str:
@@ -212,6 +213,10 @@ class _Runner:
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
                 r.state = "failed"
+                if not self.stop.is_set() and not engine.alive():  # not the build's fault: say so (exit 3)
+                    r.engine_lost, r.error = True, "the engine stopped answering"
+                    self.kill_all()
+                    return r
                 why = "interrupted" if self.stop.is_set() else f"exit {rc}"
                 cause = None if self.stop.is_set() else diagnose(r.log.read_text(errors="replace"))
                 r.error = (f"build failed ({why}): {cause}; log: {r.log}" if cause else
@@ -302,6 +307,8 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         pool.shutdown(wait=True)
     if plain:
         Console(width=200).print(_table(results))
+    if any(r.engine_lost for r in results.values()):
+        raise engine.lost(f"the build of {', '.join(r.target.id for r in results.values() if r.engine_lost)}")
     failed = [r for r in results.values() if not r.ok]
     for r in failed:
         print(f"gpuforge: {r.target.id}: {r.error}", file=sys.stderr)

@@ -22,6 +22,7 @@ from pathlib import Path
 import docker.errors
 
 from gpuforge.engine import client as engine
+from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
 from gpuforge.publish import attest
@@ -45,7 +46,7 @@ def ref_for(t: Target, registry: str | None) -> str:
     return ref
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None) -> list[dict]:
+def push_targets(targets: list[Target], *, registry: str | None = None, progress: str = "auto") -> list[dict]:
     c = engine.client()
     out = []
     for t in targets:
@@ -63,7 +64,8 @@ def push_targets(targets: list[Target], *, registry: str | None = None) -> list[
         print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
         digest = None
         try:
-            for ev in c.images.push(f"{host}/{repo}", tag, auth_config=auth, stream=True, decode=True):
+            shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
+            for ev in shown.feed(c.images.push(f"{host}/{repo}", tag, auth_config=auth, stream=True, decode=True)):
                 if "error" in ev:
                     msg = f"push of {ref} failed: {ev['error']}"
                     raise RegistryError(msg)

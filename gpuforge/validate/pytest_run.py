@@ -18,10 +18,11 @@ import docker.errors
 from gpuforge import paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
+from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import records
-from gpuforge.validate import evidence, report
+from gpuforge.validate import evidence, progress, report
 from gpuforge.validate import sbom as cyclonedx
 
 
@@ -29,15 +30,21 @@ def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
     return reports / target_id / ("report-gpu.json" if gpu else "report.json")
 
 
-def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True) -> int:
+def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True,
+            label: str = "", progress_mode: str = "auto") -> int:
     vdir = paths.validators()
     argv = [sys.executable, "-m", "pytest", *[str(vdir / f) for f in files or ["."]], "-p", "no:cacheprovider", "-q", "-rs",
             "--rootdir", str(vdir), *args]
     engine.echo_cmd(argv)
     env = {**os.environ, "GPUFORGE_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, env=env)
+    watch = progress.Watch(argv, env, label=label or run_id, plain=engine_progress.plain(progress_mode))
+    proc = watch.proc
     try:
-        return proc.wait()
+        rc = watch.wait()
+        if rc != 0 and containers and not engine.alive():  # every check failed because the engine went away
+            containers = False
+            raise engine.lost(f"validation ({label or run_id})")
+        return rc
     except KeyboardInterrupt:
         proc.terminate()
         try:
@@ -66,7 +73,7 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
-                     gpu_request: str = "nvidia") -> int:
+                     gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
     c = engine.client()
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
@@ -89,7 +96,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
         if rec.get("extra_ca"):
             args += ["--gpuforge-ca", rec["extra_ca"]]
         print(f"gpuforge: validating {t.id} ({rec['image_id'][:19]})", flush=True)
-        rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60])
+        rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-{t.id}"[:60], label=t.id, progress_mode=progress_mode)
         if not rpath.exists():
             failed.append(t.id)
             print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
@@ -121,7 +128,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
 
 def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
           selectors: list[str], pytest_args: str = "", image: str | None = None, gpu_request: str = "nvidia",
-          gpus: str | None = None) -> int:
+          gpus: str | None = None, progress_mode: str = "auto") -> int:
     """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host), or inside a
     container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi)."""
     if bool(host) == bool(image):
@@ -145,7 +152,8 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
     args += [*(["--gpuforge-image", image] if image else ["--gpuforge-host", host]), "--gpuforge-gpu",
              "--gpuforge-report", str(rpath), "--junitxml", str(rpath.with_suffix(".xml"))]
     rc = _pytest(args + shlex.split(pytest_args), f"{run.RUN_ID}-smoke",
-                 files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
+                 files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"),
+                 label=f"smoke {host or image}", progress_mode=progress_mode)
     if rpath.exists():
         print(report.finish(rpath))
     if rc != 0:
