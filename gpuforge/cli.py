@@ -143,18 +143,10 @@ def _gpu_request(args, m: Matrix | None, *, starts_containers: bool = True) -> s
 
 
 def cmd_validate(args) -> int:
-    from gpuforge.state import records
-    from gpuforge.validate import preflight
     from gpuforge.validate import pytest_run as validate
 
     m, targets = _targets(args)
     gpu_request = _gpu_request(args, m) if args.gpu else None
-    preflight.require_own_options(args.pytest_args)
-    for t in targets:  # one line for an image gpuforge did not build for t, before any check runs
-        preflight.require_gpuforge_image(t.id, records.require(t.id)["image_id"])
-    if args.gpu:  # no GPU, no NVIDIA runtime / CDI: one line, not every GPU check failing for it
-        validate.gpu_args(gpu_request)
-        preflight.require_engine_gpu(records.require(targets[0].id)["image_id"], gpu_request)
     return validate.validate_targets(targets, reports=Path(args.reports), pytest_args=args.pytest_args,
                                      gpu=args.gpu, gpu_request=gpu_request, progress_mode=args.progress)
 
@@ -177,14 +169,6 @@ def cmd_smoke(args) -> int:
             # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
             print(f"gpuforge: note: {args.matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
     gpu_request = _gpu_request(args, m, starts_containers=bool(args.image))
-    if bool(host) != bool(args.image):  # no GPU or no way to give one: one line (exit 3) before pytest starts
-        from gpuforge.validate import preflight
-
-        validate.gpu_args(gpu_request, args.gpus)
-        if args.image:
-            preflight.require_engine_gpu(args.image, gpu_request)
-        elif host.startswith("local://"):
-            preflight.require_local_gpu()
     return validate.smoke(host, reports=Path(args.reports), expect=args.expect, target_json=args.target_json,
                           matrix=Path(args.matrix), selectors=selectors, pytest_args=args.pytest_args,
                           image=args.image, gpu_request=gpu_request, gpus=args.gpus, progress_mode=args.progress)
@@ -247,9 +231,17 @@ def _progress_option(p: argparse.ArgumentParser, what: str) -> None:
                         "or auto: tty when stdout is a terminal (env GPUFORGE_PROGRESS)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (exit 2), like every other error: argparse's default prints the usage first."""
+
+    def error(self, message: str):
+        cmd = self.prog.removeprefix("gpuforge").strip()
+        self.exit(2, f"gpuforge: error: {cmd + ': ' if cmd else ''}{message} (see `{self.prog} --help`)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog="gpuforge", description=DESCRIPTION, epilog=_epilog(), formatter_class=fmt)
+    ap = _Parser(prog="gpuforge", description=DESCRIPTION, epilog=_epilog(), formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"gpuforge {__version__}",
                     help="print gpuforge's version and exit")
     ap.add_argument("--matrix", default=os.environ.get("GPUFORGE_MATRIX", str(DEFAULT_MATRIX)),

@@ -22,7 +22,7 @@ from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import records
-from gpuforge.validate import evidence, progress, report
+from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
 
 
@@ -75,6 +75,14 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
     c = engine.client()
+    # one line, before any check runs: validators pointed elsewhere, an image gpuforge did not build for the
+    # target, no way to give a container a GPU
+    preflight.require_own_options(pytest_args)
+    for t in targets:
+        preflight.require_gpuforge_image(t.id, records.require(t.id)["image_id"])
+    if gpu:
+        gpu_args(gpu_request)
+        preflight.require_engine_gpu(records.require(targets[0].id)["image_id"], gpu_request)
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     for t in targets:
@@ -135,6 +143,10 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         msg = "smoke: give either HOST (docker://, local://, ssh://) or --image IMAGE"
         raise ConfigError(msg)
     args: list[str] = gpu_args(gpu_request, gpus)
+    if image:  # no GPU, no NVIDIA runtime or CDI: one line (exit 3), not every check failing for it
+        preflight.require_engine_gpu(image, gpu_request)
+    elif host.startswith("local://"):
+        preflight.require_local_gpu()
     if target_json:
         args += ["--gpuforge-target", target_json]
         tid = json.loads(Path(target_json).read_text()).get("id", "host")
