@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 import docker.types
+import requests.exceptions
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
@@ -120,8 +121,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
             raise EngineError(msg) from None
         yield Running(cont)
     finally:
-        with contextlib.suppress(docker.errors.NotFound):
-            cont.remove(force=True, v=True)
+        _remove(cont)
 
 
 def gpu_device_request(mode: str) -> docker.types.DeviceRequest:
@@ -210,11 +210,16 @@ def leftovers(run_id: str | None = None) -> list:
 
 
 def _remove(cont) -> bool:
+    """Remove a container; False when it was already gone or another remover (a concurrent clean) is at it."""
     try:
         cont.remove(force=True, v=True)
     except docker.errors.NotFound:
-        return False  # another reaper was first
+        return False
+    except requests.exceptions.ConnectionError:
+        return False  # the engine itself is gone (and its containers with it): the caller's error says so
     except docker.errors.APIError as e:
+        if e.status_code == 409 and "already in progress" in str(e.explanation or e):
+            return False
         msg = f"cannot remove container {cont.id[:12]}: {e.explanation or e}"
         raise EngineError(msg) from None
     return True
