@@ -81,7 +81,8 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     c = engine.client()
     kwargs: dict = {
         "detach": True,
-        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID, OWNER_LABEL: _owner()},
+        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: RUN_ID, OWNER_LABEL: _owner(),
+                   BOOT_LABEL: _boot_id()},
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
@@ -161,11 +162,14 @@ def gpu_request_error(image: str, mode: str, text: str) -> str:
     return f"cannot start {image} with a GPU ({mode} request): {text}"
 
 
-# "<host>:<pid>:<start time>:<boot id>" of the process that started a container: `clean` (and the reap
-# at the start of build/validate) removes it once that process is gone (SIGKILL, OOM, a crashed runner),
-# and never touches a container of a run still alive. The start time (from /proc/<pid>/stat) makes the
-# pid name one process even after the pid is reused; the boot id tells a pid of before a reboot.
+# "<host>:<pid>:<start time>" of the process that started a container, and the machine's boot id beside it:
+# `clean` (and the reap at the start of build/validate) removes it once that process is gone (SIGKILL, OOM, a
+# crashed runner), and never touches a container of a run still alive. The start time (from /proc/<pid>/stat)
+# makes the pid name one process even after the pid is reused; the boot id tells a pid of before a reboot.
+# The boot id is a label of its own: gpuforge versions that read only the first label (and would take a
+# longer value for a dead owner) share runners with this one.
 OWNER_LABEL = "io.gpuforge.process"
+BOOT_LABEL = "io.gpuforge.boot"
 
 
 def _started(pid: int) -> str:
@@ -190,16 +194,16 @@ def _boot_id() -> str:
 
 def _owner(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_started(pid)}:{_boot_id()}"
+    return f"{socket.gethostname()}:{pid}:{_started(pid)}"
 
 
-def owner_alive(owner: str) -> bool | None:
+def owner_alive(owner: str, boot: str = "") -> bool | None:
     """True: the owning process still runs; False: it is gone; None: not ours to judge (another machine or
     pid namespace, or a label this version cannot read)."""
     parts = owner.split(":")
-    if len(parts) not in (3, 4) or parts[0] != socket.gethostname() or not parts[1].isdigit() or not parts[2]:
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit() or not parts[2]:
         return None
-    if len(parts) == 4 and parts[3] and _boot_id() and parts[3] != _boot_id():
+    if boot and _boot_id() and boot != _boot_id():
         return False  # started before this machine's last boot: that process is gone
     return _started(int(parts[1])) == parts[2]
 
@@ -241,8 +245,9 @@ def sweep(*, everything: bool = False) -> Swept:
     """Remove gpuforge containers whose owning process is gone (every gpuforge container with `everything`)."""
     removed = alive = unknown = 0
     for cont in leftovers():
-        owner = (cont.labels or {}).get(OWNER_LABEL, "")
-        state = False if everything else (owner_alive(owner) if owner else None)
+        labels = cont.labels or {}
+        owner = labels.get(OWNER_LABEL, "")
+        state = False if everything else (owner_alive(owner, labels.get(BOOT_LABEL, "")) if owner else None)
         if state is False:
             removed += _remove(cont)
         elif state:

@@ -99,8 +99,8 @@ def private_engine(docker_engine, base_image):
         eng.stop()
 
 
-def _labelled(eng, owner: str) -> str:
-    labels = {engine.LABEL_OWNER: "gpuforge", run.RUN_LABEL: "test18", run.OWNER_LABEL: owner}
+def _labelled(eng, owner: str, boot: str) -> str:
+    labels = {engine.LABEL_OWNER: "gpuforge", run.RUN_LABEL: "test18", run.OWNER_LABEL: owner, run.BOOT_LABEL: boot}
     return eng.client.containers.create(_base(eng), ["sleep", "infinity"], labels=labels).id
 
 
@@ -111,9 +111,9 @@ def _base(eng) -> str:
 def test_owners_from_before_a_reboot_go_and_other_hosts_stay_then_all_removes_every_one(private_engine):
     eng = private_engine
     env = {"DOCKER_HOST": eng.host}
-    host, pid, started, _boot = run._owner().split(":")
-    before_reboot = _labelled(eng, f"{host}:{pid}:{started}:00000000-0000-0000-0000-000000000000")
-    other_host = _labelled(eng, f"another-runner:{pid}:{started}:{_boot}")
+    _host, pid, started = run._owner().split(":")
+    before_reboot = _labelled(eng, run._owner(), "00000000-0000-0000-0000-000000000000")  # this very process, another boot
+    other_host = _labelled(eng, f"another-runner:{pid}:{started}", run._boot_id())
     unlabelled = eng.client.containers.create(_base(eng), ["true"], labels={engine.LABEL_OWNER: "gpuforge"}).id
     live, live_id = _owner(_base(eng), env)
     try:

@@ -38,9 +38,16 @@ def test_foreign_or_unreadable_owners_are_left_alone(owner):
 
 def test_an_owner_from_before_the_last_boot_is_gone():
     """Same host, pid and start time, but another boot id: the machine rebooted since, that process is gone."""
-    host, pid, started, boot = run._owner().split(":")
-    assert boot and run.owner_alive(f"{host}:{pid}:{started}:{boot}") is True
-    assert run.owner_alive(f"{host}:{pid}:{started}:00000000-0000-0000-0000-000000000000") is False
+    boot = run._boot_id()
+    assert boot and run.owner_alive(run._owner(), boot) is True
+    assert run.owner_alive(run._owner(), "00000000-0000-0000-0000-000000000000") is False
+
+
+def test_the_owner_label_keeps_the_format_older_versions_read():
+    """host:pid:start, as gpuforge 593cb6f parses it: an older gpuforge on the same runner must not take a
+    live run's container for a dead one's (a 4-field value once made them reap each other's containers)."""
+    host, pid, started = run._owner().split(":")
+    assert (host, pid) == (socket.gethostname(), str(os.getpid())) and started.isdigit()
 
 
 def test_clean_says_what_it_kept():
