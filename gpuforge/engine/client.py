@@ -50,7 +50,7 @@ def alive() -> bool:
     is reported as the engine's fault (exit 3), not as the build's or the image's."""
     try:
         docker.from_env(timeout=10).ping()
-    except Exception:  # noqa: BLE001 - a dead socket raises requests' and urllib3's errors, not only docker's
+    except Exception:  # a dead socket raises requests' and urllib3's errors, not only docker's
         return False
     return True
 

@@ -118,4 +118,5 @@ class PushProgress:
         except requests.exceptions.ConnectionError:
             if engine.alive():
                 raise
-            raise engine.lost(f"the push of {self.ref}") from None
+            msg = f"the push of {self.ref}"
+            raise engine.lost(msg) from None

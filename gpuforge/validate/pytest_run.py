@@ -43,7 +43,8 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
         rc = watch.wait()
         if rc != 0 and containers and not engine.alive():  # every check failed because the engine went away
             containers = False
-            raise engine.lost(f"validation ({label or run_id})")
+            msg = f"validation ({label or run_id})"
+            raise engine.lost(msg)
         return rc
     except KeyboardInterrupt:
         proc.terminate()

@@ -19,7 +19,7 @@ import time
 import pytest
 from registries import LocalRegistry, free_port
 
-from conftest import gpuforge, need
+from conftest import ROOT, gpuforge, need
 from gpuforge.build import bases
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.publish import attest, promote
@@ -170,6 +170,34 @@ def test_consumer_verifies_the_promoted_image_with_cosign(pushed, validated, cre
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
                                        attest.Verifier(key=cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
+
+
+# The image reference and key file docs/promotion.md's consumer command names; the test swaps in its own.
+DOC_REF = "registry.example.com/gpuforge/pytorch:pt271-cu126-py311-debian12-runtime-wheels-prod"
+
+
+def documented_consumer_command() -> str:
+    """The consumer's verify command, as docs/promotion.md gives it (README.md must give the same text)."""
+    doc = (ROOT / "docs" / "promotion.md").read_text()
+    block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert block in (ROOT / "README.md").read_text(), "README.md and docs/promotion.md must give the same command"
+    return block
+
+
+def test_the_documented_consumer_command_works_verbatim(pushed, validated, creds, cosign_keys):
+    """The command a consumer copies from the docs, run by bash as written (only the key file and the image
+    reference replaced), against the attested image signed with a key and without the transparency log."""
+    t, _ = pushed
+    promote.promote_targets([t], env="dev", reports=validated["reports"])
+    cmd = documented_consumer_command()
+    assert DOC_REF in cmd and "--key cosign.pub " in cmd
+    cmd = cmd.replace(DOC_REF, f"{t.registry}/{t.repository}:{t.tag}-dev").replace("--key cosign.pub ",
+                                                                                  f"--key {cosign_keys['pub']} ")
+    with auth_file(t.registry) as af:  # what `docker login` leaves for cosign
+        r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"true false {validated['record']['image_id']}" in r.stdout.splitlines(), r.stdout
 
 
 def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_registry, docker_engine, creds, cosign_keys):

@@ -55,3 +55,16 @@ def test_exit_codes_are_in_every_help_and_in_the_readme():
         out = " ".join(gpuforge(*args).stdout.split())
         for code, what in codes:
             assert f"{code} {what}" in out, (args, code)
+
+
+def test_the_consumer_verify_command_is_one_text_and_skips_the_log_it_was_not_written_to():
+    """gpuforge signs with a key without Rekor (--tlog-upload=false): cosign 2.x refuses that signature unless the
+    command says --insecure-ignore-tlog=true. Run verbatim against a real signed image in
+    tests/integration/publish/test_registry.py::test_the_documented_consumer_command_works_verbatim."""
+    doc = (ROOT / "docs" / "promotion.md").read_text()
+    block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert "cosign verify-attestation --key cosign.pub --insecure-ignore-tlog=true" in block
+    assert block in (ROOT / "README.md").read_text()
+    from gpuforge.publish import attest
+
+    assert f"--type {attest.VALIDATION_TYPE}" in block
