@@ -1,7 +1,7 @@
 """Every CLI error path that needs no engine (or a dead one) is ONE line on stderr with its documented exit
 code (gpuforge/errors.py, listed in --help and README.md). Engine-needing rows (smoke --image without an
 NVIDIA runtime, a non-gpuforge image, the engine lost mid-build, clean next to a live run) are in
-tests/integration/core/test_cli_errors.py."""
+tests/integration/core/test_cli_errors_engine.py."""
 
 from __future__ import annotations
 
