@@ -225,8 +225,11 @@ def _epilog() -> str:
     return f"exit codes (errors are one line on stderr):\n{codes}"
 
 
+PROGRESS_MODES = ("auto", "tty", "plain")
+
+
 def _progress_option(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--progress", choices=("auto", "tty", "plain"), default=os.environ.get("GPUFORGE_PROGRESS") or "auto",
+    p.add_argument("--progress", choices=PROGRESS_MODES, default=os.environ.get("GPUFORGE_PROGRESS") or "auto",
                    help=f"how {what} progress is shown: tty (a live display), plain (one line per step, for logs), "
                         "or auto: tty when stdout is a terminal (env GPUFORGE_PROGRESS)")
 
@@ -341,6 +344,9 @@ def _reap() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if getattr(args, "progress", "auto") not in PROGRESS_MODES:  # argparse checks a flag's value, not a default's
+            msg = f"GPUFORGE_PROGRESS={args.progress!r}: not a progress mode (allowed: {', '.join(PROGRESS_MODES)})"
+            raise ConfigError(msg)
         if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
             _reap()
         return args.fn(args)

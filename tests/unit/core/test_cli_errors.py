@@ -29,6 +29,7 @@ ROWS = [
      "may not set --gpuforge-image"),
     ("unknown option", ["build", "--no-such-option"], {}, None, 2, "unrecognized arguments: --no-such-option"),
     ("bad choice", ["promote", "--to", "staging"], {}, None, 2, "invalid choice: 'staging'"),
+    ("bad progress env", ["validate"], {"GPUFORGE_PROGRESS": "fancy"}, None, 2, "GPUFORGE_PROGRESS='fancy'"),
     ("engine gone: clean", ["clean"], DEAD, None, 3, "cannot reach the Docker engine"),
     ("engine gone: build", ["build", "--progress", "plain"], DEAD, None, 3, "cannot reach the Docker engine"),
     ("engine gone: push", ["push"], DEAD, "RECORD", 3, "cannot reach the Docker engine"),
