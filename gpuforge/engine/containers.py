@@ -236,8 +236,11 @@ class Swept:
     unknown: int  # kept: owned by another host or pid namespace, or unlabelled
 
     def line(self) -> str:
-        kept = [f"{self.alive} of live runs"] * bool(self.alive) + \
-               [f"{self.unknown} of unknown owner (another host or namespace; --all removes them)"] * bool(self.unknown)
+        kept = []
+        if self.alive:
+            kept.append(f"{self.alive} of live runs")
+        if self.unknown:
+            kept.append(f"{self.unknown} of unknown owner (another host or namespace; --all removes them)")
         return f"removed {self.removed} gpuforge container(s)" + (f"; kept {', '.join(kept)}" if kept else "")
 
 
