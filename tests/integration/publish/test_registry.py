@@ -17,9 +17,9 @@ import subprocess
 import time
 
 import pytest
-from registries import LocalRegistry, free_port
+from registries import DOC_REF, LocalRegistry, documented_consumer_command, free_port
 
-from conftest import ROOT, gpuforge, need
+from conftest import gpuforge, need
 from gpuforge.build import bases
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.publish import attest, promote
@@ -170,18 +170,6 @@ def test_consumer_verifies_the_promoted_image_with_cosign(pushed, validated, cre
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
                                        attest.Verifier(key=cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
-
-
-# The image reference and key file docs/promotion.md's consumer command names; the test swaps in its own.
-DOC_REF = "registry.example.com/gpuforge/pytorch:pt271-cu126-py311-debian12-runtime-wheels-prod"
-
-
-def documented_consumer_command() -> str:
-    """The consumer's verify command, as docs/promotion.md gives it (README.md must give the same text)."""
-    doc = (ROOT / "docs" / "promotion.md").read_text()
-    block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    assert block in (ROOT / "README.md").read_text(), "README.md and docs/promotion.md must give the same command"
-    return block
 
 
 def test_the_documented_consumer_command_works_verbatim(pushed, validated, creds, cosign_keys):
