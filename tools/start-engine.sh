@@ -23,7 +23,7 @@ TRIXIE=(docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5)
 
 need=()
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
-           openssl:openssl ssh:openssh-client; do
+           openssl:openssl ssh:openssh-client jq:jq; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it

@@ -46,7 +46,7 @@ def _run(cmd: str) -> subprocess.CompletedProcess:
 def test_the_documented_command_verifies_a_key_signed_attestation_without_the_log(docker_engine, tmp_path, monkeypatch):
     for tool in ("cosign", "jq"):
         if not shutil.which(tool):
-            need(f"needs {tool} (tools/start-engine.sh installs cosign; jq: apt-get install jq)")
+            need(f"needs {tool} (tools/start-engine.sh installs it)")
     monkeypatch.delenv("GPUFORGE_COSIGN_TLOG", raising=False)  # the default: no Rekor upload
     reg = LocalRegistry(tmp_path / "reg", None)
     signed, unsigned = f"{reg.host}/gpuforge/pytorch:verify-1", f"{reg.host}/gpuforge/pytorch:verify-2"
