@@ -37,19 +37,36 @@ class Running:
     def id(self) -> str:
         return self.container.id
 
+    def _gone(self) -> EngineError:
+        return EngineError(f"container {self.id[:12]} was removed while in use (`gpuforge clean --all`, `docker rm` "
+                           "or an engine restart by someone else?); run again")
+
     def port(self, inside: int) -> int:
-        self.container.reload()
+        self.reload()
         bound = (self.container.attrs["NetworkSettings"]["Ports"] or {}).get(f"{inside}/tcp")
         if not bound:
             msg = f"container {self.id[:12]} publishes no port {inside}"
             raise EngineError(msg)
         return int(bound[0]["HostPort"])
 
+    def reload(self) -> None:
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            raise self._gone() from None
+
     def logs(self) -> str:
-        return self.container.logs().decode(errors="replace")
+        try:
+            return self.container.logs().decode(errors="replace")
+        except docker.errors.NotFound:
+            raise self._gone() from None
+        except docker.errors.APIError as e:
+            if e.status_code == 409:  # "dead or marked for removal": someone else is removing it
+                raise self._gone() from None
+            raise
 
     def status(self) -> str:
-        self.container.reload()
+        self.reload()
         return self.container.status
 
     def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match:
