@@ -227,7 +227,9 @@ def owner_alive(owner: str, boot: str = "") -> bool | None:
 
 def leftovers(run_id: str | None = None) -> list:
     label = f"{RUN_LABEL}={run_id}" if run_id else f"{engine.LABEL_OWNER}=gpuforge"
-    return engine.client().containers.list(all=True, filters={"label": label})
+    # ignore_removed: the SDK inspects each listed container; one that ends meanwhile (validators start and
+    # stop many) is not an error
+    return engine.client().containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
 
 def _remove(cont) -> bool:
