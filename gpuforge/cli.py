@@ -1,6 +1,6 @@
-"""The gpuforge CLI: plan | generate | build | validate | smoke | push | attest | promote | clean.
+"""The gpuforge command line: one argparse block and a one-line dispatch per subcommand.
 
-Each command is a short pipeline over the package; FatalError is caught once, here.
+Every FatalError is caught once, in main(), and printed as one line with its kind's exit code.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuforge import options
-from gpuforge.errors import ConfigError, FatalError
+from gpuforge import __version__, options
+from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan.matrix import Matrix, load_matrix
 
 console = Console(stderr=False, highlight=False)
@@ -157,9 +157,10 @@ def cmd_validate(args) -> int:
         from gpuforge.publish import signed_run
 
         return signed_run.validate_and_attest(targets, reports=Path(o.reports), key=o.signing_key, registry=o.registry,
-                                              pytest_args=o.pytest_args, gpu=o.gpu, gpu_request=gpu_request)
+                                              pytest_args=o.pytest_args, gpu=o.gpu, gpu_request=gpu_request,
+                                              progress_mode=o.progress)
     return validate.validate_targets(targets, reports=Path(o.reports), pytest_args=o.pytest_args,
-                                     gpu=o.gpu, gpu_request=gpu_request)
+                                     gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
 
 
 def cmd_smoke(args) -> int:
@@ -182,7 +183,8 @@ def cmd_smoke(args) -> int:
     options.use_matrix(m)
     return validate.smoke(host, reports=Path(o.reports), expect=list(o.expect), target_json=o.target_json,
                           matrix=matrix, selectors=selectors, pytest_args=o.pytest_args,
-                          image=o.image, gpu_request=_gpu_request(args, starts_containers=bool(o.image)), gpus=o.gpus)
+                          image=o.image, gpu_request=_gpu_request(args, starts_containers=bool(o.image)), gpus=o.gpus,
+                          progress_mode=o.progress)
 
 
 def cmd_push(args) -> int:
@@ -190,7 +192,8 @@ def cmd_push(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    promote.push_targets(targets, registry=o.registry, replace=args.replace, compression=o.compression)
+    promote.push_targets(targets, registry=o.registry, replace=args.replace, compression=o.compression,
+                         progress=o.progress)
     return 0
 
 
@@ -328,19 +331,49 @@ def cmd_release_notes(args) -> int:
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
-    n = run.clean()
-    print(f"removed {n} gpuforge container(s)")
+    print(run.sweep(everything=args.all).line())  # one line, on stdout: what went and what was kept
     return 0
+
+
+DESCRIPTION = """\
+Build PyTorch + CUDA container images from one matrix.yaml, prove each one with validators (versions,
+security, SSH, Jupyter, GPU), sign the evidence with cosign and promote exactly the validated digest
+from dev to prod.
+
+The usual sequence, for the matrix default (or give selectors such as cuda=12.8 flavor=devel):
+  gpuforge build                       build with BuildKit, tag only on success
+  gpuforge validate                    run the validators; writes reports/<target>/report.md
+  gpuforge push                        push to the matrix's registry, record the digest
+  gpuforge validate --attest --key cosign.key   validate again, signing the result onto the pushed digest
+  gpuforge promote --to dev --key cosign.pub    copy the validated digest to the -dev tags (signed record)
+  gpuforge status                      what dev and prod hold, from the registry
+Run `gpuforge COMMAND --help` for a command's options; docs/ and README.md say more."""
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {code:<4} {what}" for code, what in exit_codes())
+    return f"exit codes (errors are one line on stderr):\n{codes}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (exit 2), like every other error: argparse's default prints the usage first."""
+
+    def error(self, message: str):
+        cmd = self.prog.removeprefix("gpuforge").strip()
+        self.exit(2, f"gpuforge: error: {cmd + ': ' if cmd else ''}{message} (see `{self.prog} --help`)\n")
 
 
 def parser() -> argparse.ArgumentParser:
     """Positionals here; every option comes from gpuforge.options' table (flag, variable, matrix key, default)."""
-    ap = argparse.ArgumentParser(prog="gpuforge", description=__doc__)
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = _Parser(prog="gpuforge", description=DESCRIPTION, epilog=_epilog(), formatter_class=fmt)
+    ap.add_argument("--version", action="version", version=f"gpuforge {__version__}",
+                    help="print gpuforge's version and exit")
     options.add_arguments(ap, None)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def add(name: str, fn, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, epilog=_epilog(), formatter_class=fmt)
         if selectors:
             p.add_argument("selectors", nargs="*", help="key=value (glob values) and target-id globs; none: the default")
         p.set_defaults(fn=fn)
@@ -387,15 +420,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prod", action="store_true", help="check each prod digest's newest signed CVE verdict")
     p.add_argument("--write-base-lock", action="store_true", help="record each pulled base's current digest in bases.lock")
     p = add("support", cmd_support, "table of prod digests x fleet pools -> signed GPU evidence (date, result)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text for a terminal, markdown for a step summary or a docs page, json for tools")
     p = add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
-    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown", help="markdown for people, json for tools")
     p.add_argument("--digest", help="sha256:... (default: the prod tag's digest)")
     p.add_argument("--previous", help="the previous prod digest, for the size change")
     p.add_argument("--output", help="write <target>/release-notes.{json,md} under this folder")
     p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
     p.add_argument("--sign-key", help="cosign private key for --attest (default: the signing_key setting, GPUFORGE_COSIGN_KEY)")
-    add("clean", cmd_clean, "remove containers left by a crashed run", selectors=False)
+    p = add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)",
+            selectors=False)
+    p.add_argument("--all", action="store_true",
+                   help="remove every gpuforge container, also those of runs still alive (stops them)")
     p = add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
     p.add_argument("--env", choices=("dev", "prod"), help="one environment (default: both)")
     p.add_argument("--json", action="store_true", help="machine-readable")
@@ -429,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         options.for_args(args)  # every flag, variable and default, checked before any work
         if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first
             options.use_matrix(None)
-        if args.cmd in ("build", "validate", "clean"):
+        if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
             _reap()
         return args.fn(args)
     except FatalError as e:

@@ -1,4 +1,8 @@
-"""Every error gpuforge reports to a user. Caught once, in gpuforge.cli.main, printed as one line."""
+"""Every error gpuforge reports to a user. Caught once, in gpuforge.cli.main, printed as one line.
+
+Each kind has its own exit code and a short `what` (the `--help` epilog and the README list them from
+here, so a new kind documents itself). Raise a subclass: a bare FatalError (exit 1) is a bug.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ class FatalError(Exception):
     """An error the user can act on; its message says what failed, why, and what to do."""
 
     return_code = 1
+    what = "an error gpuforge did not classify (a bug: please report it)"
 
 
 class ConfigError(FatalError):
@@ -14,6 +19,7 @@ class ConfigError(FatalError):
     something impossible."""
 
     return_code = 2
+    what = "bad input: matrix.yaml, a CLI option, an environment variable, an image that is not a gpuforge image"
 
 
 class SelectorError(ConfigError):
@@ -24,30 +30,35 @@ class EngineError(FatalError):
     """The Docker engine or client is missing, not running, or refused a request."""
 
     return_code = 3
+    what = "the Docker engine: missing, unreachable, lost mid-run, or no GPU / NVIDIA runtime"
 
 
 class BuildError(FatalError):
     """One or more targets failed to build."""
 
     return_code = 4
+    what = "a build failed"
 
 
 class ValidationFailed(FatalError):
     """Validators ran and at least one check failed."""
 
     return_code = 5
+    what = "validation ran and a check failed"
 
 
 class RegistryError(FatalError):
     """The registry is unreachable, refused credentials, or lacks a manifest."""
 
     return_code = 6
+    what = "the registry: unreachable, refused, or lacks a manifest"
 
 
 class PromotionRefused(FatalError):
     """Promotion was refused; every tag was left as it was."""
 
     return_code = 7
+    what = "promotion refused; no tag moved"
 
 
 class StateError(FatalError):
@@ -55,6 +66,7 @@ class StateError(FatalError):
     version, a symlink, or the disk refused (no space, permission, read-only). The line names the file."""
 
     return_code = 8
+    what = "a state or report file: no build record, malformed, a symlink, or it cannot be written (disk full, read-only)"
     errno: int | None = None
 
 
@@ -62,3 +74,15 @@ class CveGateRed(FatalError):
     """The CVE gate's verdict is red: counted findings, expired exceptions, unaudited packages or a stale database."""
 
     return_code = 9
+    what = "the CVE gate is red (findings, expired exceptions, unaudited packages, stale database)"
+
+
+def exit_codes() -> list[tuple[int, str]]:
+    """(exit code, what it means) for every error kind, ascending; 0 success, 130 interrupted."""
+    seen: dict[int, str] = {}
+    todo = list(FatalError.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo += cls.__subclasses__()
+        seen.setdefault(cls.return_code, getattr(cls, "what", None) or (cls.__doc__ or "").strip().splitlines()[0])
+    return sorted([(0, "success"), *seen.items(), (130, "interrupted (Ctrl-C)")])

@@ -155,3 +155,16 @@ class LocalRegistry(Registry):
         super().stop()
         if self.tokens:
             self.tokens.stop()
+
+
+# The image reference docs/promotion.md's consumer verify command names; tests swap in their own (and the key file).
+DOC_REF = "registry.example.com/gpuforge/pytorch:pt271-cu126-py311-debian12-runtime-wheels-prod"
+
+
+def documented_consumer_command() -> str:
+    """The consumer's verify command, as docs/promotion.md gives it (README.md must give the same text)."""
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "promotion.md").read_text()
+    block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert block in (root / "README.md").read_text(), "README.md and docs/promotion.md must give the same command"
+    return block

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one set-up step on a bare Debian 12 box (no systemd, like CI): installs and starts a Docker
 # engine (Debian's docker.io 20.10) with the buildx plugin from trixie, the tools gpuforge's bases and
-# registry tests use, and nox (from the hashed requirements/nox.lock) as /usr/local/bin/nox.
+# registry tests use, nox (from the hashed requirements/nox.lock) as /usr/local/bin/nox, and gpuforge itself
+# (the hashed requirements/dev.lock + this checkout, editable) as /usr/local/bin/gpuforge.
 # Run as root, or as a user with sudo (it re-runs itself through sudo). Idempotent; starts dockerd
 # only when no engine answers, and stops nothing.
 set -euo pipefail
@@ -24,7 +25,7 @@ need=()
 # The user-journey tests' real clients (#19): headless Chromium + its WebDriver (Selenium drives them) and
 # Prometheus 2.42 with promtool; Debian bookworm's own packages.
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
-           openssl:openssl ssh:openssh-client ssh-keygen:openssh-client chromium:chromium chromedriver:chromium-driver \
+           openssl:openssl ssh:openssh-client ssh-keygen:openssh-client jq:jq chromium:chromium chromedriver:chromium-driver \
            prometheus:prometheus promtool:prometheus; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
@@ -61,6 +62,25 @@ if ! cmp -s requirements/nox.lock "$NOX_VENV/nox.lock" 2>/dev/null; then
     cp requirements/nox.lock "$NOX_VENV/nox.lock"
 fi
 ln -sf "$NOX_VENV/bin/nox" /usr/local/bin/nox
+
+# gpuforge on PATH: a venv of its own with the hashed dev lock, this checkout installed editable (--no-deps:
+# every dependency came from the lock), linked as /usr/local/bin/gpuforge. The lock is re-installed only when
+# it changed, the checkout only when the venv's gpuforge is another checkout's (asked from /, not from here,
+# where `import gpuforge` would find this folder whatever is installed).
+GF_VENV=${GPUFORGE_SETUP_VENV:-/opt/gpuforge}  # the overrides exist for tests/integration/core/test_setup_cli.py
+GF_BIN=${GPUFORGE_SETUP_BIN:-/usr/local/bin}
+if ! cmp -s requirements/dev.lock "$GF_VENV/dev.lock" 2>/dev/null; then
+    echo "start-engine: installing gpuforge's dependencies into $GF_VENV (requirements/dev.lock)"
+    python3 -m venv --clear "$GF_VENV"
+    "$GF_VENV/bin/python" -m pip install -q --require-hashes -r requirements/dev.lock
+    cp requirements/dev.lock "$GF_VENV/dev.lock"
+fi
+if [ "$(cd / && "$GF_VENV/bin/python" -c 'import gpuforge, pathlib; print(pathlib.Path(gpuforge.__file__).parent.parent)' \
+        2>/dev/null)" != "$PWD" ]; then
+    echo "start-engine: installing gpuforge from $PWD (editable) into $GF_VENV"
+    "$GF_VENV/bin/python" -m pip install -q --no-deps -e "$PWD"
+fi
+ln -sf "$GF_VENV/bin/gpuforge" "$GF_BIN/gpuforge"
 if [ -n "${SUDO_INVOKER:-}" ] && getent group docker >/dev/null && ! id -nG "$SUDO_INVOKER" | grep -qw docker; then
     usermod -aG docker "$SUDO_INVOKER"
     echo "start-engine: added $SUDO_INVOKER to the docker group; log in again (or \`newgrp docker\`) to use the engine"

@@ -77,6 +77,7 @@ class Result:
     log: Path | None = None
     error: str = ""
     last_line: str = ""
+    engine_lost: bool = False  # the build failed because the engine went away (exit 3, not 4)
 
 
 def _git(*args: str) -> str:
@@ -238,6 +239,10 @@ class _Runner:
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
                 r.state = "failed"
+                if not self.stop.is_set() and not engine.alive():  # not the build's fault: say so (exit 3)
+                    r.engine_lost, r.error = True, "the engine stopped answering"
+                    self.kill_all()
+                    return r
                 why = "interrupted" if self.stop.is_set() else f"exit {rc}"
                 cause = None if self.stop.is_set() else diagnose(r.log.read_text(errors="replace"))
                 r.error = (f"build failed ({why}): {cause}; log: {r.log}" if cause else
@@ -381,6 +386,9 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         pool.shutdown(wait=True)
     if plain:
         Console(width=200).print(_table(results))
+    if any(r.engine_lost for r in results.values()):
+        msg_0 = f"the build of {', '.join(r.target.id for r in results.values() if r.engine_lost)}"
+        raise engine.lost(msg_0)
     failed = [r for r in results.values() if not r.ok]
     for r in failed:
         print(f"gpuforge: {r.target.id}: {r.error}", file=sys.stderr)

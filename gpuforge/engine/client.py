@@ -29,17 +29,35 @@ def echo_cmd(argv: list[str]) -> None:
     print("+ " + shlex.join(argv), flush=True)
 
 
+def _host() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
 @functools.cache
 def client() -> docker.DockerClient:
     try:
         c = docker.from_env(timeout=600)
         c.ping()
     except docker.errors.DockerException as e:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        msg = (f"cannot reach the Docker engine at {host} ({type(e).__name__}); start it "
+        msg = (f"cannot reach the Docker engine at {_host()} ({type(e).__name__}); start it "
                "(`sudo bash tools/start-engine.sh` on a bare Debian box) or set DOCKER_HOST")
         raise EngineError(msg) from None
     return c
+
+
+def alive() -> bool:
+    """Does the engine still answer? Asked after a failure, so an engine that died (SIGKILL, OOM, restart)
+    is reported as the engine's fault (exit 3), not as the build's or the image's."""
+    try:
+        docker.from_env(timeout=10).ping()
+    except Exception:  # a dead socket raises requests' and urllib3's errors, not only docker's
+        return False
+    return True
+
+
+def lost(during: str) -> EngineError:
+    return EngineError(f"the Docker engine at {_host()} stopped answering during {during}; "
+                       "restart it (`sudo bash tools/start-engine.sh`) and run the command again")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Container lifecycle: every container gpuforge starts goes through `container()` and is removed
-on success, failure and Ctrl-C. Each is labelled as gpuforge's (and with its run id), so `clean()`
-can remove what a crashed run left behind. Ports are published on 127.0.0.1 only.
+on success, failure and Ctrl-C. Each is labelled as gpuforge's, with its run id and its owning
+process, so `sweep()` can remove what a crashed run left behind and nothing of a live one. Ports are published on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 import docker.types
+import requests.exceptions
 
 from gpuforge import options
 from gpuforge.engine import client as engine
@@ -42,19 +43,36 @@ class Running:
     def id(self) -> str:
         return self.container.id
 
+    def _gone(self) -> EngineError:
+        return EngineError(f"container {self.id[:12]} was removed while in use (`gpuforge clean --all`, `docker rm` "
+                           "or an engine restart by someone else?); run again")
+
     def port(self, inside: int) -> int:
-        self.container.reload()
+        self.reload()
         bound = (self.container.attrs["NetworkSettings"]["Ports"] or {}).get(f"{inside}/tcp")
         if not bound:
             msg = f"container {self.id[:12]} publishes no port {inside}"
             raise EngineError(msg)
         return int(bound[0]["HostPort"])
 
+    def reload(self) -> None:
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            raise self._gone() from None
+
     def logs(self) -> str:
-        return self.container.logs().decode(errors="replace")
+        try:
+            return self.container.logs().decode(errors="replace")
+        except docker.errors.NotFound:
+            raise self._gone() from None
+        except docker.errors.APIError as e:
+            if e.status_code == 409:  # "dead or marked for removal": someone else is removing it
+                raise self._gone() from None
+            raise
 
     def status(self) -> str:
-        self.container.reload()
+        self.reload()
         return self.container.status
 
     def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match:
@@ -88,7 +106,8 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     c = engine.client()
     kwargs: dict = {
         "detach": True,
-        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: run_id(), OWNER_LABEL: _owner()},
+        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: run_id(), OWNER_LABEL: _owner(),
+                   BOOT_LABEL: _boot_id()},
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
@@ -134,8 +153,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
             raise EngineError(msg) from None
         yield Running(cont)
     finally:
-        with contextlib.suppress(docker.errors.NotFound):
-            cont.remove(force=True, v=True)
+        _remove(cont)
 
 
 def gpu_device_request(mode: str) -> docker.types.DeviceRequest:
@@ -175,9 +193,14 @@ def gpu_request_error(image: str, mode: str, text: str) -> str:
     return f"cannot start {image} with a GPU ({mode} request): {text}"
 
 
-# "<host>:<pid>:<start time>" of the process that started a container: a later run reaps it once that
-# process is gone (SIGKILL, OOM, a crashed runner), without touching containers of runs still alive.
+# "<host>:<pid>:<start time>" of the process that started a container, and the machine's boot id beside it:
+# `clean` (and the reap at the start of build/validate) removes it once that process is gone (SIGKILL, OOM, a
+# crashed runner), and never touches a container of a run still alive. The start time (from /proc/<pid>/stat)
+# makes the pid name one process even after the pid is reused; the boot id tells a pid of before a reboot.
+# The boot id is a label of its own: gpuforge versions that read only the first label (and would take a
+# longer value for a dead owner) share runners with this one.
 OWNER_LABEL = "io.gpuforge.process"
+BOOT_LABEL = "io.gpuforge.boot"
 
 
 def _started(pid: int) -> str:
@@ -192,40 +215,89 @@ def _started(pid: int) -> str:
     return "" if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
-def owner_alive(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit() or not started:
-        return True  # another machine's (or an unlabelled) run: not ours to judge
-    return _started(int(pid)) == started
+def _owner(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_started(pid)}"
 
 
-def reap() -> int:
-    """Remove gpuforge containers whose owning process is gone; returns how many."""
-    n = 0
-    for cont in leftovers():
-        owner = (cont.labels or {}).get(OWNER_LABEL)
-        if owner and not owner_alive(owner):
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                cont.remove(force=True, v=True)
-                n += 1
-    return n
+def owner_alive(owner: str, boot: str = "") -> bool | None:
+    """True: the owning process still runs; False: it is gone; None: not ours to judge (another machine or
+    pid namespace, or a label this version cannot read)."""
+    parts = owner.split(":")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit() or not parts[2]:
+        return None
+    if boot and _boot_id() and boot != _boot_id():
+        return False  # started before this machine's last boot: that process is gone
+    return _started(int(parts[1])) == parts[2]
 
 
 def leftovers(run_id: str | None = None) -> list:
     label = f"{RUN_LABEL}={run_id}" if run_id else f"{engine.LABEL_OWNER}=gpuforge"
-    return engine.client().containers.list(all=True, filters={"label": label})
+    # ignore_removed: the SDK inspects each listed container; one that ends meanwhile (validators start and
+    # stop many) is not an error
+    return engine.client().containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
 
-def clean(run_id: str | None = None) -> int:
-    """Remove gpuforge's containers (of one run, or all); returns how many."""
-    n = 0
-    for cont in leftovers(run_id):
-        with contextlib.suppress(docker.errors.NotFound):
-            cont.remove(force=True, v=True)
-            n += 1
-    return n
+def _remove(cont) -> bool:
+    """Remove a container; False when it was already gone or another remover (a concurrent clean) is at it."""
+    try:
+        cont.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        return False
+    except requests.exceptions.ConnectionError:
+        return False  # the engine itself is gone (and its containers with it): the caller's error says so
+    except docker.errors.APIError as e:
+        if e.status_code == 409 and "already in progress" in str(e.explanation or e):
+            return False
+        msg = f"cannot remove container {cont.id[:12]}: {e.explanation or e}"
+        raise EngineError(msg) from None
+    return True
+
+
+@dataclass(frozen=True)
+class Swept:
+    removed: int  # containers of gpuforge runs that are gone (or every one, with everything=True)
+    alive: int  # kept: their run still runs
+    unknown: int  # kept: owned by another host or pid namespace, or unlabelled
+
+    def line(self) -> str:
+        kept = []
+        if self.alive:
+            kept.append(f"{self.alive} of live runs")
+        if self.unknown:
+            kept.append(f"{self.unknown} of unknown owner (another host or namespace; --all removes them)")
+        return f"removed {self.removed} gpuforge container(s)" + (f"; kept {', '.join(kept)}" if kept else "")
+
+
+def sweep(*, everything: bool = False) -> Swept:
+    """Remove gpuforge containers whose owning process is gone (every gpuforge container with `everything`)."""
+    removed = alive = unknown = 0
+    for cont in leftovers():
+        labels = cont.labels or {}
+        owner = labels.get(OWNER_LABEL, "")
+        state = False if everything else (owner_alive(owner, labels.get(BOOT_LABEL, "")) if owner else None)
+        if state is False:
+            removed += _remove(cont)
+        elif state:
+            alive += 1
+        else:
+            unknown += 1
+    return Swept(removed, alive, unknown)
+
+
+def reap() -> int:
+    """Remove gpuforge containers whose owning process is gone; returns how many."""
+    return sweep().removed
+
+
+def clean(run_id: str) -> int:
+    """Remove the containers of one run (the caller's own, when its validators end); returns how many."""
+    return sum(_remove(c) for c in leftovers(run_id))

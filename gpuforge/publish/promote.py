@@ -27,6 +27,7 @@ import docker.errors
 
 from gpuforge import options
 from gpuforge.engine import client as engine
+from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import attest, compress, history, prod, transaction
@@ -47,7 +48,7 @@ def pushed_digest(status: str, tag: str) -> str | None:
 
 
 def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False,
-                 compression: str = "gzip") -> list[dict]:
+                 compression: str = "gzip", progress: str = "auto") -> list[dict]:
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
@@ -91,7 +92,8 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
         print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
         digest = None
         try:
-            for ev in c.images.push(ref.name, tag, auth_config=auth, stream=True, decode=True):
+            shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
+            for ev in shown.feed(c.images.push(ref.name, tag, auth_config=auth, stream=True, decode=True)):
                 if "error" in ev:
                     msg = f"push of {ref} failed: {ev['error']}"
                     raise RegistryError(msg)

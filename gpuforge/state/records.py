@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpuforge.errors import FatalError, StateError
+from gpuforge.errors import StateError
 from gpuforge.state import store
 from gpuforge.state.models import BuildRecord, BuildsFile
 
@@ -47,7 +47,7 @@ def require_build(target_id: str) -> BuildRecord:
     rec = build(target_id)
     if rec is None:
         msg = f"{target_id} has not been built (no record in {path()}); run `gpuforge build {target_id}` first"
-        raise FatalError(msg)
+        raise StateError(msg)
     return rec
 
 

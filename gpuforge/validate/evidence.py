@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from gpuforge import __version__, paths
-from gpuforge.errors import FatalError
+from gpuforge.errors import ValidationFailed
 from gpuforge.image import compat
 
 # (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
@@ -57,7 +57,7 @@ def required_checks(gpu: bool) -> tuple[str, ...]:
     ids = tuple(sorted(line for line in r.stdout.splitlines() if "::" in line and not line.startswith(" ")))
     if r.returncode != 0 or not ids:
         msg = f"cannot collect the validators under {vdir} (pytest exit {r.returncode}): {(r.stderr or r.stdout)[-500:]}"
-        raise FatalError(msg)
+        raise ValidationFailed(msg)
     return ids
 
 

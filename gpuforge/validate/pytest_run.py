@@ -27,11 +27,12 @@ import docker.errors
 from gpuforge import options, paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
+from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import files, records
-from gpuforge.validate import evidence, report
+from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
 
 
@@ -39,15 +40,24 @@ def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
     return reports / target_id / ("report-gpu.json" if gpu else "report.json")
 
 
-def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True) -> int:
+def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True,
+            label: str = "", progress_mode: str = "auto") -> int:
     vdir = paths.validators()
     argv = [sys.executable, "-m", "pytest", *[str(vdir / f) for f in files or ["."]], "-p", "no:cacheprovider", "-q", "-rs",
             "--rootdir", str(vdir), *args]
     engine.echo_cmd(argv)
     env = {**os.environ, "GPUFORGE_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, env=env, preexec_fn=die_with_parent(os.getpid()))  # one thread: preexec_fn is safe
+    # the child dies with this process (SIGKILL included); the reader thread starts after the fork
+    watch = progress.Watch(argv, env, label=label or run_id, plain=engine_progress.plain(progress_mode),
+                           preexec_fn=die_with_parent(os.getpid()))
+    proc = watch.proc
     try:
-        return proc.wait()
+        rc = watch.wait()
+        if rc != 0 and containers and not engine.alive():  # every check failed because the engine went away
+            containers = False
+            msg = f"validation ({label or run_id})"
+            raise engine.lost(msg)
+        return rc
     except KeyboardInterrupt:
         proc.terminate()
         try:
@@ -116,12 +126,20 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 
 def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
-                     gpu_request: str = "nvidia",
+                     gpu_request: str = "nvidia", progress_mode: str = "auto",
                      on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
     made): what `validate --attest` signs is what the run observed, not a file someone can edit first."""
     c = engine.client()
+    # one line, before any check runs: validators pointed elsewhere, an image gpuforge did not build for the
+    # target, no way to give a container a GPU
+    preflight.require_own_options(pytest_args)
+    for t in targets:
+        preflight.require_gpuforge_image(t.id, records.require(t.id)["image_id"])
+    if gpu:
+        gpu_args(gpu_request)
+        preflight.require_engine_gpu(records.require(targets[0].id)["image_id"], gpu_request)
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = _revision()
@@ -146,7 +164,8 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
             if rec.extra_ca:
                 args += ["--gpuforge-ca", rec.extra_ca]
             print(f"gpuforge: validating {t.id} ({rec.image_id[:19]})", flush=True)
-            rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-{t.id}"[:60])
+            rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-{t.id}"[:60], label=t.id,
+                         progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
             if raw is None:
                 failed.append(t.id)
@@ -192,7 +211,7 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
 
 def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
           selectors: list[str], pytest_args: str = "", image: str | None = None, gpu_request: str = "nvidia",
-          gpus: str | None = None) -> int:
+          gpus: str | None = None, progress_mode: str = "auto") -> int:
     """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host), or inside a
     container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi)."""
     if bool(host) == bool(image):
@@ -212,6 +231,11 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
             t = m.select(selectors)[0]
             args += ["--gpuforge-target", str(rendered_target_json(t))]
             tid = t.id
+        # input first (exit 2), then the host: no GPU, no NVIDIA runtime or CDI is one line (exit 3)
+        if image:  # no GPU, no NVIDIA runtime or CDI: one line (exit 3), not every check failing for it
+            preflight.require_engine_gpu(image, gpu_request)
+        elif host.startswith("local://"):
+            preflight.require_local_gpu()
         for e in expect:
             args += ["--gpuforge-expect", e]
         rpath = reports / "smoke" / f"{tid}.json"
@@ -219,7 +243,8 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                  "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml")]
         with files.Folder(reports.parent, reports.name, "smoke") as out:
             rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
-                         files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"))
+                         files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"),
+                         label=f"smoke {host or image}", progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
             if raw is not None:
                 rep = report.finish(raw, revision=_revision())

@@ -31,7 +31,7 @@ def load(path: Path) -> dict:
     text = files.read_text(path)
     if text is None:
         msg = f"no validation report at {path}; run `gpuforge validate` first"
-        raise FatalError(msg)
+        raise StateError(msg)
     try:
         rep = json.loads(text)
     except json.JSONDecodeError as e:

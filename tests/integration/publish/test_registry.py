@@ -29,7 +29,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from registries import LocalRegistry, free_port
+from registries import DOC_REF, LocalRegistry, documented_consumer_command, free_port
 from second_engine import Registry as RegistryProcess
 from second_engine import checkout_snapshot, matrix_copy
 
@@ -309,6 +309,22 @@ def test_consumer_verifies_the_promoted_image_with_cosign(gpu_signed, creds, cos
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
                                        attest.Verifier(key=cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
+
+
+def test_the_documented_consumer_command_works_verbatim(pushed, validated, creds, cosign_keys):
+    """The command a consumer copies from the docs, run by bash as written (only the key file and the image
+    reference replaced), against the attested image signed with a key and without the transparency log."""
+    t, _ = pushed
+    promote.promote_targets([t], env="dev", reports=validated["reports"])
+    cmd = documented_consumer_command()
+    assert DOC_REF in cmd and "--key cosign.pub " in cmd
+    cmd = cmd.replace(DOC_REF, f"{t.registry}/{t.repository}:{t.tag}-dev").replace("--key cosign.pub ",
+                                                                                  f"--key {cosign_keys['pub']} ")
+    with auth_file(t.registry) as af:  # what `docker login` leaves for cosign
+        r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"true false {validated['record']['image_id']}" in r.stdout.splitlines(), r.stdout
 
 
 def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_registry, docker_engine, creds, cosign_keys):

@@ -36,3 +36,15 @@ def test_trixie_packages_are_pinned_and_held_at_priority_100():
 def test_nox_comes_from_the_hashed_lock():
     assert "--require-hashes --no-deps -r requirements/nox.lock" in SCRIPT
     assert 'exec sudo' in SCRIPT  # a non-root user with sudo gets the same path
+
+
+def test_the_set_up_step_puts_gpuforge_on_path():
+    """gpuforge's own venv from the hashed dev lock, the checkout editable without re-resolving, linked on PATH;
+    each step skipped when already done (idempotent). Run for real in tests/integration/core/test_setup_cli.py."""
+    assert '"$GF_VENV/bin/python" -m pip install -q --require-hashes -r requirements/dev.lock' in SCRIPT
+    assert '"$GF_VENV/bin/python" -m pip install -q --no-deps -e "$PWD"' in SCRIPT
+    assert 'ln -sf "$GF_VENV/bin/gpuforge" "$GF_BIN/gpuforge"' in SCRIPT
+    assert "GF_VENV=${GPUFORGE_SETUP_VENV:-/opt/gpuforge}" in SCRIPT and "GF_BIN=${GPUFORGE_SETUP_BIN:-/usr/local/bin}" in SCRIPT
+    assert 'if ! cmp -s requirements/dev.lock "$GF_VENV/dev.lock"' in SCRIPT  # the lock only when it changed
+    readme = (ROOT / "README.md").read_text()
+    assert "linked as `/usr/local/bin/gpuforge`" in readme

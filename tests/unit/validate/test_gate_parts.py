@@ -33,7 +33,28 @@ def test_a_reused_pid_is_not_the_owner():
 
 @pytest.mark.parametrize("owner", ["other-host:1:1", "garbage", f"{socket.gethostname()}:notapid:1", ""])
 def test_foreign_or_unreadable_owners_are_left_alone(owner):
-    assert run.owner_alive(owner)
+    assert run.owner_alive(owner) is None  # not judged: `clean` keeps it (only --all removes it)
+
+
+def test_an_owner_from_before_the_last_boot_is_gone():
+    """Same host, pid and start time, but another boot id: the machine rebooted since, that process is gone."""
+    boot = run._boot_id()
+    assert boot and run.owner_alive(run._owner(), boot) is True
+    assert run.owner_alive(run._owner(), "00000000-0000-0000-0000-000000000000") is False
+
+
+def test_the_owner_label_keeps_the_format_older_versions_read():
+    """host:pid:start, as gpuforge 593cb6f parses it: an older gpuforge on the same runner must not take a
+    live run's container for a dead one's (a 4-field value once made them reap each other's containers)."""
+    host, pid, started = run._owner().split(":")
+    assert (host, pid) == (socket.gethostname(), str(os.getpid())) and started.isdigit()
+
+
+def test_clean_says_what_it_kept():
+    assert run.Swept(0, 0, 0).line() == "removed 0 gpuforge container(s)"
+    line = run.Swept(2, 3, 1).line()
+    assert line.startswith("removed 2 gpuforge container(s); kept 3 of live runs, 1 of unknown owner")
+    assert "\n" not in line
 
 
 @pytest.mark.parametrize(("host", "insecure"), [

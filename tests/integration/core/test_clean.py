@@ -1,0 +1,158 @@
+"""`gpuforge clean` removes only containers whose owning process is gone (unless --all), against the real
+engine: a live owner's container stays running, a SIGKILLed owner's goes, a container from before the last
+boot goes, another host's stays; and a whole `validate` stays green with `clean` run again and again
+beside it (#18: a clean during a validate once removed its containers, 20 false failures).
+
+--all and the hand-labelled containers run on a private second engine: --all on the shared one would stop
+other runs' containers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import docker
+import docker.errors
+import pytest
+from second_engine import SecondEngine, StartError
+
+from conftest import ROOT, gpuforge, need
+from gpuforge.build import bases
+from gpuforge.engine import client as engine
+from gpuforge.engine import containers as run
+from gpuforge.plan.matrix import load_matrix
+
+pytestmark = pytest.mark.docker
+
+# A gpuforge run that holds one container until its stdin closes (or it is SIGKILLed).
+OWNER = """
+import sys
+from gpuforge.engine import containers as run
+with run.container(sys.argv[1], ["sleep", "infinity"]) as c:
+    print(c.id, flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture(scope="module")
+def base_image(docker_engine):
+    t = load_matrix().select(None)[0]
+    bases.ensure_base(t, log=lambda *_: None)
+    return t.base_image
+
+
+def _owner(image: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen([sys.executable, "-c", OWNER, image], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+    cid = p.stdout.readline().strip()
+    assert cid, p.stderr.read()
+    return p, cid
+
+
+def _clean(*args: str, env: dict | None = None) -> str:
+    r = gpuforge("clean", *args, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", f"clean must say its count once, on stdout; stderr: {r.stderr!r}"
+    [line] = r.stdout.splitlines()
+    assert line.startswith("removed "), line
+    return line
+
+
+def test_clean_keeps_a_live_runs_container_and_removes_a_killed_runs(docker_engine, base_image):
+    live, live_id = _owner(base_image)
+    dead, dead_id = _owner(base_image)
+    try:
+        dead.send_signal(signal.SIGKILL)  # no `finally` runs: its container is left behind, as after an OOM kill
+        dead.wait()
+        assert docker_engine.containers.get(dead_id).status == "running"
+        line = _clean()
+        assert "of live runs" in line  # at least this test's live owner
+        assert docker_engine.containers.get(live_id).status == "running"
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.containers.get(dead_id)
+    finally:
+        live.stdin.close()  # the live owner ends normally and removes its own container
+        live.wait(timeout=60)
+        dead.kill()
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.containers.get(live_id)
+
+
+@pytest.fixture(scope="module")
+def private_engine(docker_engine, base_image):
+    if not (shutil.which("dockerd") and shutil.which("ip")):
+        need("needs dockerd and ip (a private second engine, so --all stops no one else's container)")
+    try:
+        eng = SecondEngine(prefix="gf18c-")
+    except (StartError, subprocess.CalledProcessError) as e:
+        pytest.fail(f"second engine: {e}")
+    try:
+        eng.load(base_image)
+        yield eng
+    finally:
+        eng.stop()
+
+
+def _labelled(eng, owner: str, boot: str) -> str:
+    labels = {engine.LABEL_OWNER: "gpuforge", run.RUN_LABEL: "test18", run.OWNER_LABEL: owner, run.BOOT_LABEL: boot}
+    return eng.client.containers.create(_base(eng), ["sleep", "infinity"], labels=labels).id
+
+
+def _base(eng) -> str:
+    return load_matrix().select(None)[0].base_image
+
+
+def test_owners_from_before_a_reboot_go_and_other_hosts_stay_then_all_removes_every_one(private_engine):
+    eng = private_engine
+    env = {"DOCKER_HOST": eng.host}
+    _host, pid, started = run._owner().split(":")
+    before_reboot = _labelled(eng, run._owner(), "00000000-0000-0000-0000-000000000000")  # this very process, another boot
+    other_host = _labelled(eng, f"another-runner:{pid}:{started}", run._boot_id())
+    unlabelled = eng.client.containers.create(_base(eng), ["true"], labels={engine.LABEL_OWNER: "gpuforge"}).id
+    live, live_id = _owner(_base(eng), env)
+    try:
+        line = _clean(env=env)
+        assert line == ("removed 1 gpuforge container(s); kept 1 of live runs, 2 of unknown owner "
+                        "(another host or namespace; --all removes them)")
+        ids = {c.id for c in eng.client.containers.list(all=True)}
+        assert before_reboot not in ids and {other_host, unlabelled, live_id} <= ids
+        assert _clean("--all", env=env) == "removed 3 gpuforge container(s)"
+        assert eng.client.containers.list(all=True) == []
+    finally:
+        live.stdin.close()
+        live.wait(timeout=60)
+
+
+def test_validate_stays_green_with_clean_run_beside_it(default_build, docker_engine, tmp_path):
+    t, rec = default_build
+    env = {**os.environ, "GPUFORGE_RUN_ID": f"clean18-{os.getpid()}"}
+    v = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path), "--progress", "plain"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cleans, kept_live = 0, 0
+    try:
+        while v.poll() is None:
+            before = {c.id for c in run.leftovers(f"{env['GPUFORGE_RUN_ID']}-{t.id}"[:60])}
+            line = _clean()
+            cleans += 1
+            # one of validate's containers there before and after this clean was there during it: kept as live
+            # (one may also end on its own meanwhile: the validators start and stop many)
+            if before & {c.id for c in run.leftovers()}:
+                assert "of live runs" in line, line
+                kept_live += 1
+            time.sleep(3)
+        out = v.stdout.read()
+    finally:
+        if v.poll() is None:
+            v.send_signal(signal.SIGINT)
+            v.wait(timeout=120)
+    assert v.returncode == 0, out[-5000:]
+    assert kept_live >= 3, f"clean ran {cleans} times but only {kept_live} while validate had containers"
+    rep = json.loads((tmp_path / t.id / "report.json").read_text())
+    assert rep["green"], rep.get("problems")
+    assert "[" in out and "/" in out and "check(s) collected" in out  # plain progress: checks done of total
