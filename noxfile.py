@@ -92,7 +92,8 @@ def promote(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: unit + integration against a real engine and registry."""
     _install(session, "validate", "lint")
-    session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra"]))
+    # `heavy` tests (docs/ci.md) stay out of the default run: `nox -s tests -- tests/integration -m heavy`
+    session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra", "-m", "not heavy"]))
 
 
 @nox.session(python=PY, default=False, tags=["maintenance"])

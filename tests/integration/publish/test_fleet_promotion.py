@@ -26,7 +26,7 @@ from conftest import ROOT, need
 from gpuforge.cli import main
 from gpuforge.errors import PromotionRefused
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import attest, cve, promote
+from gpuforge.publish import attest, cve, promote, signed_run
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker
@@ -72,8 +72,12 @@ def fleet(validated, tmp_path_factory):
     start = time.monotonic()
     [res] = promote.push_targets([t])
     print(f"\npush of the default image: {time.monotonic() - start:.0f} s")
-    promote.attest_targets([t], reports=validated["reports"], key=str(d / "k.key"))
-    yield {"t": t, "digest": res["digest"], "ref": f"{reg.host}/gpuforge/pytorch@{res['digest']}", "key": str(d / "k.key"),
+    ref = f"{reg.host}/gpuforge/pytorch@{res['digest']}"
+    # signed as `validate --attest` signs (the only signing path): this image's real non-GPU report and inventory
+    out = validated["reports"] / t.id
+    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), key=str(d / "k.key"),
+                           inventory=json.loads((out / "sbom.json").read_text()), os_name=t.os)
+    yield {"t": t, "digest": res["digest"], "ref": ref, "key": str(d / "k.key"),
            "matrix": d / "matrix.yaml", "dir": d, "host": reg.host}
     mp.undo()
     reg.stop()
@@ -85,9 +89,7 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     rep = gpu_report(base, model=model, driver=driver, count=count, started=time.time(),
                      required=evidence.required_checks(True))
     assert rep["green"], rep["problems"]
-    path = fleet["dir"] / f"report-gpu-{pool}.json"
-    path.write_text(json.dumps(rep, indent=2, sort_keys=True) + "\n")
-    attest.attest(fleet["ref"], path, attest.VALIDATION_TYPE, key=fleet["key"])
+    signed_run.sign_report(fleet["ref"], rep, key=fleet["key"])  # labelled a fixture inside (gpu_report)
 
 
 def _sign_green_cve_verdict(fleet, capsys) -> None:
