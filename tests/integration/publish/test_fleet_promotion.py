@@ -113,19 +113,19 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     t = fleet["t"]
     reports = validated["reports"]
     assert [p.name for p in t.pools] == ["h200", "a100", "l4x2"]
-    promote.promote_targets([t], env="dev", reports=reports)
+    promote.promote_targets([t], env="dev", reports=reports, sign_key=fleet["key"])
     _attest_pool(fleet, validated, "h200")
     _attest_pool(fleet, validated, "a100")
     with pytest.raises(PromotionRefused) as e:
-        promote.promote_targets([t], env="prod", reports=reports)
+        promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
     msg = str(e.value)
     assert "pool(s) l4x2 of the fleet" in msg and "l4x2 (L4, sm_89" in msg and "h200," not in msg, msg
     _attest_pool(fleet, validated, "l4x2")
     monkeypatch.setenv("GPUFORGE_PROD_REQUIRE_CVE", "1")
     with pytest.raises(PromotionRefused, match="no signed CVE verdict"):
-        promote.promote_targets([t], env="prod", reports=reports)
+        promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
     _sign_green_cve_verdict(fleet, capsys)
-    [res] = promote.promote_targets([t], env="prod", reports=reports)
+    [res] = promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
     assert res["digest"] == fleet["digest"] and f"{t.tag}-prod" in res["moved"]
 
     capsys.readouterr()  # what promotion printed
