@@ -60,7 +60,8 @@ def sign_report(ref: str, rep: dict, *, key: str | None, inventory: dict | None 
 
 
 def validate_and_attest(targets: list[Target], *, reports: Path, key: str | None, registry: str | None = None,
-                        pytest_args: str = "", gpu: bool = False, gpu_request: str = "nvidia") -> int:
+                        pytest_args: str = "", gpu: bool = False, gpu_request: str = "nvidia",
+                        progress_mode: str = "auto") -> int:
     refs = {t.id: pushed_ref(t, registry) for t in targets}  # every refusal before the first check runs
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
@@ -70,4 +71,4 @@ def validate_and_attest(targets: list[Target], *, reports: Path, key: str | None
               flush=True)
 
     return pytest_run.validate_targets(targets, reports=reports, pytest_args=pytest_args, gpu=gpu,
-                                       gpu_request=gpu_request, on_report=sign)
+                                       gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)
