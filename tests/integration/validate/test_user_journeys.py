@@ -108,7 +108,7 @@ def test_jupyter_over_an_ssh_tunnel_in_chromium_runs_a_cell(ssh_container, tmp_p
         finally:
             d.quit()
     print(f"\nLab opened through ssh -L in {opened:.1f} s; cell output: {out}")
-    assert out.strip() == f"TORCH {t.expected()['torch']}", out
+    assert out.strip() == f"TORCH {t.expected().torch}", out
 
 
 @pytest.fixture
