@@ -319,7 +319,7 @@ def test_port_already_taken_is_a_clear_error(default_build):
 
 def test_validate_errors_are_clear(default_build):
     r = gpuforge("validate", "cuda=12.8", "flavor=runtime")
-    assert r.returncode == 1 and "has not been built" in r.stderr and "gpuforge build" in r.stderr
+    assert r.returncode == 8 and "has not been built" in r.stderr and "gpuforge build" in r.stderr  # a state file
     r = gpuforge("validate", "nope-*")
     assert r.returncode == 2 and "matches no target id" in r.stderr
     r = gpuforge("validate", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
