@@ -19,13 +19,24 @@ from gpuforge.validate import evidence
 H200_RUN = Path(__file__).parents[1] / "docs" / "measurements" / "smoke-cdi-h200.json"
 
 
+def newer_gpu_checks_passed(checks: list[dict], h200_ids: set[str]) -> list[dict]:
+    """GPU-only checks added after the H200 run (e.g. the metrics mode's) are not in it: in a fixture they are set
+    to passed and say so in their message (FIXTURE), so the rest of the real run can stand for a GPU run."""
+    out = []
+    for c in checks:
+        if c["id"] not in h200_ids and c.get("outcome") == "skipped" and "GPU checks not requested" in c.get("message", ""):
+            c = {**c, "outcome": "passed", "message": "FIXTURE: a GPU check newer than the H200 run, marked passed"}
+        out.append(c)
+    return out
+
+
 def gpu_report(base: dict, *, model: str = "H200", driver: str = "580.159.04", count: int = 1,
                started: float | None = None, required: tuple[str, ...] | None = None) -> dict:
     """A green GPU report for `base`'s image from a host with `count` GPUs of `model` on `driver`."""
     real = json.loads(H200_RUN.read_text())
     gpu_checks = {c["id"]: c for c in real["checks"]}
     rep = copy.deepcopy(base)
-    rep["checks"] = [gpu_checks.get(c["id"], c) for c in base["checks"]]
+    rep["checks"] = newer_gpu_checks_passed([gpu_checks.get(c["id"], c) for c in base["checks"]], set(gpu_checks))
     rep["gpu"] = True
     drv = copy.deepcopy(real["facts"]["driver"])
     gpu = drv["gpus"][0]

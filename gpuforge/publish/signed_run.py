@@ -43,7 +43,7 @@ def pushed_ref(t: Target, registry: str | None) -> str:
 def statement(rep: dict, ref: str) -> dict:
     """The validation predicate: the run's report plus who signed it, and that it was signed in the run."""
     info = runinfo.current().model_dump(mode="json")
-    return {**rep, "run": {**info, "signed_in_run": True, "subject": ref,
+    return {**rep, "run": {**rep.get("run", {}), **info, "signed_in_run": True, "subject": ref,
                            "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}}
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from fleet_reports import newer_gpu_checks_passed
 from registries import DOC_REF, LocalRegistry, documented_consumer_command, free_port
 from second_engine import Registry as RegistryProcess
 from second_engine import checkout_snapshot, matrix_copy
@@ -151,7 +152,8 @@ def gpu_fixture(base: dict, image_id: str | None = None) -> dict:
     rep = _fixture_rep(base, "GPU checks from docs/measurements/smoke-cdi-h200.json", image_id)
     gpu_checks = {c["id"]: c for c in h200["checks"]}
     ids = {c["id"] for c in rep["checks"]}
-    rep["checks"] = [gpu_checks.get(c["id"], c) for c in rep["checks"]] + [c for i, c in gpu_checks.items() if i not in ids]
+    rep["checks"] = newer_gpu_checks_passed([gpu_checks.get(c["id"], c) for c in rep["checks"]], set(gpu_checks)) + \
+        [c for i, c in gpu_checks.items() if i not in ids]
     rep["gpu"] = True
     rep["facts"]["gpus"], rep["facts"]["driver"] = h200["facts"]["gpus"], h200["facts"]["driver"]
     rep["evidence"] = evidence.stamp(rep, required=evidence.required_checks(True), gpu=True)
@@ -255,7 +257,10 @@ def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
     [first, *_] = attest.verified_statements(ref, attest.VALIDATION_TYPE, attest.Verifier(key=cosign_keys["pub"]))
     pred = dict(first.predicate)
     run = pred.pop("run")
-    assert evidence.digest_of(pred) == evidence.digest_of(res["report"])
+    local = dict(res["report"])
+    local_run = local.pop("run", {})  # the report's own run facts; the statement's run block adds who signed it
+    assert evidence.digest_of(pred) == evidence.digest_of(local)
+    assert {k: run.get(k) for k in local_run} == local_run
     assert run["signed_in_run"] is True and run["subject"] == ref
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert run["git_revision"] == (head or None)
@@ -315,7 +320,7 @@ def test_the_documented_consumer_command_works_verbatim(pushed, validated, creds
     """The command a consumer copies from the docs, run by bash as written (only the key file and the image
     reference replaced), against the attested image signed with a key and without the transparency log."""
     t, _ = pushed
-    promote.promote_targets([t], env="dev", reports=validated["reports"])
+    promote.promote_targets([t], env="dev", reports=validated["reports"], sign_key=cosign_keys["key"])
     cmd = documented_consumer_command()
     assert DOC_REF in cmd and "--key cosign.pub " in cmd
     cmd = cmd.replace(DOC_REF, f"{t.registry}/{t.repository}:{t.tag}-dev").replace("--key cosign.pub ",
