@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from gpuforge.errors import FatalError, PromotionRefused, RegistryError
 from gpuforge.publish import attest, runinfo
 from gpuforge.publish.history import Entry, History
 from gpuforge.publish.registry import Registry
+from gpuforge.state import files
 from gpuforge.state.promotions import Evidence, PromotionRecord
 
 
@@ -77,11 +77,9 @@ def _local_copy(reports: Path | None, rec: PromotionRecord) -> None:
     """The done record beside the reports too, written atomically (convenience; the registry's is the record)."""
     if reports is None:
         return
-    out = reports / rec.target / f"promotion-{rec.env}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec.dump(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(out)
+    # the reports folder's own writer: unique temp file, fsync, rename, under its lock, no symlink followed
+    files.write_text(reports / rec.target / f"promotion-{rec.env}.json",
+                     json.dumps(rec.dump(), indent=2, sort_keys=True) + "\n", root=reports.parent)
 
 
 def execute(mv: Move, hist: History, *, sign_key: str | None, reports: Path | None = None) -> dict:
