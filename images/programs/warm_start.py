@@ -8,12 +8,22 @@
   GPUFORGE_AOT_PACKAGE=FILE       an AOTInductor package (.pt2) on a volume, with its key beside it (FILE.key.json)
   GPUFORGE_AOT_MODEL=module:function  returns (model, example_inputs): the model the package is made of
 
+  GPUFORGE_AOT_WEIGHTS=FILE[:FILE]  the checkpoint file(s) the model's weights come from: their sha256 stands in
+                                  for the weights, so a start can check the key without building the model
+
 With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
-model function, the example inputs' shapes and dtypes, a fingerprint of the weights) and whose bytes match the
-key's sha256 is loaded (torch._inductor.aoti_load_package) and run 3 times: no tracing, no compile. Otherwise
-(none yet, stale, torn) the first start is served by torch.compile as before, then the package is built
-(torch.export + aoti_compile_and_package) and written atomically, under a lock, for the next start.
-A program loads it the same way: `warm_start.load_package(FILE, model, example_inputs)` (None when stale).
+model function and a sha256 of its source file, the weights) and whose bytes match the key's sha256 is loaded
+(the C++ AOTIModelPackageLoader) and run 3 times: no tracing, no compile. Otherwise (none yet, stale, torn) the
+first start is served by torch.compile as before, then the package is built (torch.export +
+aoti_compile_and_package) and written atomically, under a lock, for the next start.
+
+The weights, two ways. Declared (no model is built to check the key): GPUFORGE_AOT_WEIGHTS names the files they
+are read from, or the model function carries `aot_weights()`, a string that names them (the built-in
+ResNet-50 is seeded: torchvision's version and the seed name it). Otherwise fingerprinted: the model is built
+and its state dict summed, and the example inputs' shapes and dtypes join the key. A declared start runs its
+3 calls on inputs of the shapes and dtypes the package was built for (kept in the key file).
+A program loads it the same way: `warm_start.load_package(FILE, model_spec="myapp:make_model")` (declared) or
+`warm_start.load_package(FILE, model, example_inputs, "myapp:make_model")` — None when stale.
 
 Prints one JSON line with the timings and Inductor's cache counters. Bad input: a one-line error, exit 64.
 Also the perf table's time-to-first-compiled-inference probe (`--probe resnet50`).
@@ -33,10 +43,12 @@ import time
 
 T_START = time.perf_counter()
 SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-AOT_FORMAT = 1  # bump when what the key covers changes: every older package is then rebuilt
+AOT_FORMAT = 2  # bump when what the key covers changes: every older package is then rebuilt
 # a one-off build: a header PCH only costs time; the .so goes into the package (else every load compiles it)
 AOT_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.package_cpp_only": False}
 AOT_CALLS = 3
+DTYPE = re.compile(r"^torch\.[a-z][a-z0-9]*$")
+DEVICE = "cuda"  # where a declared start's example inputs are made (the unit tests run on the CPU)
 
 
 def fail(msg: str, code: int = 64) -> int:
@@ -66,6 +78,17 @@ def resnet50_bs1_model():
         model = torchvision.models.resnet50().eval()
         x = torch.randn(1, 3, 224, 224)
     return model, (x,)
+
+
+def _resnet50_weights() -> str:
+    """The built-in model's weights, declared: seeded random init, so torchvision's version and the seed name
+    them (torch's version and the GPU are in every key). Read from the package metadata: no torchvision import."""
+    from importlib.metadata import version
+
+    return f"torchvision=={version('torchvision')} torchvision.models.resnet50() after torch.manual_seed(0)"
+
+
+resnet50_bs1_model.aot_weights = _resnet50_weights
 
 
 # --- the package's key: pure functions over plain facts (unit-tested without torch) ---------------------------
@@ -126,18 +149,56 @@ def locked(package: str, exclusive: bool):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def publish_package(package: str, built: str, facts: dict) -> None:
+def publish_package(package: str, built: str, facts: dict, inputs: list | None = None) -> None:
     """Move a freshly built package into place with its key file: each written whole (os.replace), the pair
-    under the lock, the key last, so a reader sees an old pair, a new pair, or a key that names other bytes."""
+    under the lock, the key last, so a reader sees an old pair, a new pair, or a key that names other bytes.
+    `inputs` ([[shape, dtype], ...], what it was built for) is kept beside the key for declared starts."""
     digest = file_sha256(built)
     tmp = f"{key_path(package)}.tmp{os.getpid()}"
+    side = {"key": package_key(facts), "facts": facts, "sha256": digest}
+    if inputs is not None:
+        side["inputs"] = inputs
     with open(tmp, "w") as f:
-        json.dump({"key": package_key(facts), "facts": facts, "sha256": digest}, f, indent=1, sort_keys=True)
+        json.dump(side, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     with locked(package, exclusive=True):
         os.replace(built, package)
         os.replace(tmp, key_path(package))
+
+
+def built_inputs(package: str) -> list:
+    """The [[shape, dtype], ...] a package was built for, from its key file ([] when absent or malformed)."""
+    try:
+        with open(key_path(package)) as f:
+            got = json.load(f).get("inputs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    ok = isinstance(got, list) and all(isinstance(i, list) and len(i) == 2 and isinstance(i[0], list)
+                                       and all(isinstance(n, int) and n >= 0 for n in i[0])
+                                       and isinstance(i[1], str) and DTYPE.match(i[1]) for i in got)
+    return got if ok else []
+
+
+def source_sha256(fn) -> str:
+    """sha256 of the file that defines the model function (a changed function means another package)."""
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    return file_sha256(path) if path and os.path.exists(path) else "unknown"
+
+
+def declared_weights(make_model) -> str | None:
+    """The weights' name without building the model: GPUFORGE_AOT_WEIGHTS' files by sha256, or the model
+    function's own aot_weights(); None when neither is given (the weights are then fingerprinted)."""
+    files = os.environ.get("GPUFORGE_AOT_WEIGHTS", "")
+    if files:
+        return "files " + " ".join(f"{os.path.basename(p)}={file_sha256(p)}" for p in files.split(os.pathsep) if p)
+    declare = getattr(make_model, "aot_weights", None)
+    return f"declared {declare()}" if callable(declare) else None
 
 
 # --- with torch ------------------------------------------------------------------------------------------------
@@ -152,36 +213,89 @@ def weights_fingerprint(model) -> str:
     return hashlib.sha256(json.dumps(meta).encode()).hexdigest()
 
 
-def package_facts(model, inputs, model_spec: str) -> dict:
+def input_specs(inputs) -> list:
+    return [[list(t.shape), str(t.dtype)] for t in inputs]
+
+
+def base_facts(model_spec: str, make_model=None) -> dict:
+    """What every key covers, none of it needing the model: versions, the GPU, the model function and its file."""
     import torch
 
     p = torch.cuda.get_device_properties(0)
     return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": p.name, "capability": f"{p.major}.{p.minor}",
-            "model": model_spec, "inputs": [[list(t.shape), str(t.dtype)] for t in inputs],
-            "weights": weights_fingerprint(model)}
+            "model": model_spec, "source": source_sha256(make_model) if make_model is not None else "unknown"}
+
+
+def package_facts(model, inputs, model_spec: str, make_model=None) -> dict:
+    """The fingerprinted key: the model is built, its weights summed, its inputs' shapes and dtypes added."""
+    return {**base_facts(model_spec, make_model), "inputs": input_specs(inputs), "weights": weights_fingerprint(model)}
+
+
+def open_package(package: str):
+    """A callable runner of the package. The C++ AOTIModelPackageLoader directly: torch's aoti_load_package
+    first probes the CPU's vector ISAs (each a g++ build plus a Python start: 22 s in a fresh container on the
+    H200, docs/measurements/gpu-21b.md) only to warn on a device mismatch, which the key has already ruled out.
+    Falls back to aoti_load_package where the loader's signature differs."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, torch.cuda.current_device())
+    except (TypeError, AttributeError):
+        return torch._inductor.aoti_load_package(package)
+    out_spec = pytree.treespec_loads(loader.get_call_spec()[1])
+
+    def run(*args):  # what torch's AOTICompiledModel does: flatten the tensors, run, rebuild the outputs
+        flat = [t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
+        return pytree.tree_unflatten(loader.run(flat), out_spec)
+    return run
 
 
 def _runner_if_usable(package: str, facts: dict):
     """(runner or None, why not, seconds the load took), the check and the load under a shared lock."""
-    import torch
-
     with locked(package, exclusive=False):
         ok, why = package_usable(package, facts)
         if not ok:
             return None, why, 0.0
         t0 = time.perf_counter()
-        return torch._inductor.aoti_load_package(package), "", time.perf_counter() - t0
+        return open_package(package), "", time.perf_counter() - t0
 
 
-def load_package(package: str, model, inputs, model_spec: str = ""):
-    """The runner of a package made for this model and these inputs here, or None (with why, on stderr)."""
-    runner, why, _ = _runner_if_usable(package, package_facts(model, inputs, model_spec))
+def load_package(package: str, model=None, inputs=None, model_spec: str = ""):
+    """The runner of a package made for this model here, or None (with why, on stderr). With model and inputs:
+    the fingerprinted key; without: the declared one (model_spec's function must declare its weights)."""
+    make_model = resolve(model_spec) if model_spec else None
+    if model is None:
+        declared = declared_weights(make_model) if make_model is not None else None
+        if declared is None:
+            print(f"gpuforge: AOTInductor package {package}: give the model and inputs, or a model_spec whose "
+                  "weights are declared (GPUFORGE_AOT_WEIGHTS or aot_weights())", file=sys.stderr)
+            return None
+        facts = {**base_facts(model_spec, make_model), "weights": declared}
+    else:
+        facts = package_facts(model, inputs, model_spec, make_model)
+    runner, why, _ = _runner_if_usable(package, facts)
     if runner is None:
         print(f"gpuforge: AOTInductor package {package}: {why}", file=sys.stderr)
     return runner
 
 
-def build_package(package: str, model, inputs, facts: dict) -> dict:
+def example_inputs(specs: list) -> list:
+    """Tensors of the shapes and dtypes a package was built for, on the GPU (for a declared start's calls)."""
+    import torch
+
+    out = []
+    for shape, dtype in specs:
+        dt = getattr(torch, dtype.removeprefix("torch."), None)
+        if not isinstance(dt, torch.dtype):
+            msg = f"{dtype!r} is not a torch dtype"
+            raise ValueError(msg)
+        out.append(torch.randn(shape, dtype=dt, device=DEVICE) if dt.is_floating_point
+                   else torch.zeros(shape, dtype=dt, device=DEVICE))
+    return out
+
+
+def build_package(package: str, model, inputs, facts: dict, kept_inputs: list | None = None) -> dict:
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -195,7 +309,7 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
             ep = torch.export.export(model, tuple(inputs))
         torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
         contents = package_contents(built)
-        publish_package(package, built, facts)
+        publish_package(package, built, facts, kept_inputs)
     finally:
         if os.path.exists(built):
             os.unlink(built)
@@ -209,14 +323,35 @@ def resolve(spec: str):
 
 
 def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
-    """Load and run the package when it fits, else serve this start by torch.compile and build it."""
+    """Load and run the package when it fits, else serve this start by torch.compile and build it.
+    Declared weights: the key is checked and the package run without building the model at all."""
     import torch
 
     t0 = time.perf_counter()
-    model, inputs = make_model()
-    facts = package_facts(model, inputs, spec)
-    rep: dict = {"aot_model_s": round(time.perf_counter() - t0, 3)}
-    runner, why, load_s = _runner_if_usable(package, facts)
+    declared = declared_weights(make_model)
+    rep: dict = {"aot_key": "declared" if declared is not None else "fingerprint"}
+    model = inputs = None
+    if declared is not None:
+        facts = {**base_facts(spec, make_model), "weights": declared}
+        runner, why, load_s = _runner_if_usable(package, facts)
+        specs = built_inputs(package)
+        if runner is not None and not specs:
+            runner, why = None, f"{key_path(package)} names no inputs"
+        if runner is not None:
+            try:
+                inputs = example_inputs(specs)
+            except ValueError as e:
+                runner, why = None, f"{key_path(package)}: {e}"
+        rep["aot_key_s"] = round(time.perf_counter() - t0 - load_s, 3)
+    if inputs is None:
+        t1 = time.perf_counter()
+        model, inputs = make_model()
+        if declared is None:
+            facts = package_facts(model, inputs, spec, make_model)
+            runner, why, load_s = _runner_if_usable(package, facts)
+        else:
+            runner = None
+        rep["aot_model_s"] = round(time.perf_counter() - t1, 3)
     t0 = time.perf_counter()
     if runner is not None:
         rep.update(aot="loaded", aot_load_s=round(load_s, 3))
@@ -238,7 +373,7 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
         rep["compile_calls_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
     try:
-        rep.update(build_package(package, model, inputs, facts))
+        rep.update(build_package(package, model, inputs, facts, input_specs(inputs)))
     except Exception as e:  # this start is served; a package that cannot be built must not stop the container
         rep["aot_build_error"] = f"{type(e).__name__}: {str(e)[-500:]}"
         print(f"gpuforge: warning: could not build AOTInductor package {package}: {rep['aot_build_error']}",
@@ -247,6 +382,8 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
 
 
 def _counters() -> dict:
+    if "torch._dynamo" not in sys.modules:  # a loaded package never compiled: importing Dynamo costs 5 s
+        return {}
     from torch._dynamo.utils import counters
 
     return {k: v for k, v in counters["inductor"].items() if "cache" in k}

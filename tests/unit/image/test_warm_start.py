@@ -137,3 +137,59 @@ def test_bad_aot_settings_are_refused_before_torch(env, msg):
     r = subprocess.run([sys.executable, str(PROG)], capture_output=True, text=True, timeout=60,
                        env={**os.environ, **env})
     assert r.returncode == 64 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+# --- declared weights: a start checks the key without building the model ------------------------------------
+
+def test_declared_weights_come_from_the_named_files_or_the_function(ws, tmp_path, monkeypatch):
+    ckpt = tmp_path / "model.safetensors"
+    ckpt.write_bytes(b"weights v1")
+    monkeypatch.setenv("GPUFORGE_AOT_WEIGHTS", str(ckpt))
+    first = ws.declared_weights(lambda: None)
+    assert first.startswith("files model.safetensors=")
+    ckpt.write_bytes(b"weights v2")  # a new checkpoint under the same name is another package
+    assert ws.declared_weights(lambda: None) != first
+    monkeypatch.delenv("GPUFORGE_AOT_WEIGHTS")
+
+    def make():
+        return None
+    assert ws.declared_weights(make) is None  # nothing declared: the weights are fingerprinted
+    make.aot_weights = lambda: "seed 0"
+    assert ws.declared_weights(make) == "declared seed 0"
+
+
+def test_the_builtin_model_declares_its_weights_without_torchvision(ws, monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "version", lambda name: {"torchvision": "0.22.1"}[name])
+    got = ws.declared_weights(ws.resnet50_bs1_model)
+    assert got.startswith("declared torchvision==0.22.1 ") and "manual_seed(0)" in got
+
+
+def test_the_model_functions_source_is_in_the_key(ws, tmp_path, monkeypatch):
+    mod = tmp_path / "mymodel.py"
+    mod.write_text("def make():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    m = importlib.import_module("mymodel")
+    before = ws.source_sha256(m.make)
+    mod.write_text("def make():\n    return 2\n")
+    assert ws.source_sha256(m.make) != before and len(before) == 64
+    assert ws.source_sha256(len) == "unknown"  # a builtin has no file: the key says so rather than guess
+
+
+@pytest.mark.parametrize("side,want", [
+    ({"inputs": [[[1, 3, 224, 224], "torch.float32"]]}, [[[1, 3, 224, 224], "torch.float32"]]),
+    ({}, []),
+    ({"inputs": [[[1, -3], "torch.float32"]]}, []),
+    ({"inputs": [[[1, 3], "float32; import os"]]}, []),
+    ({"inputs": "[[1]]"}, []),
+])
+def test_built_inputs_are_read_from_the_key_file_or_not_at_all(ws, tmp_path, side, want):
+    pkg = str(tmp_path / "model.pt2")
+    ws.publish_package(pkg, _built(tmp_path), FACTS, side.get("inputs"))
+    if not side:
+        assert "inputs" not in json.loads((tmp_path / "model.pt2.key.json").read_text())
+    assert ws.built_inputs(pkg) == want
+    assert ws.package_usable(pkg, FACTS) == (True, "")  # the inputs beside the key never change what it covers
