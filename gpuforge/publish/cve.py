@@ -28,6 +28,7 @@ from gpuforge import options
 from gpuforge.errors import ConfigError, CveGateRed
 from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned, load
+from gpuforge.state import files
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
 CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
@@ -399,10 +400,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_suffix(".tmp")
-        tmp.write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
-        tmp.replace(output)
+        files.write_output(output, json.dumps(verdict, indent=2, sort_keys=True) + "\n")
     for line in verdict["problems"]:
         print(f"gpuforge: cve-gate: {line}")
     if verdict["counted"]:
@@ -454,10 +452,9 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
         if not boms:
             print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
             continue
-        d = out / t.id
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "sbom.cdx.json").write_text(json.dumps(boms[-1], indent=2) + "\n")
-        (d / "digest").write_text(m.digest + "\n")
+        # one set: a digest file never names another SBOM than the one beside it
+        d = files.write_outputs(out, {"sbom.cdx.json": json.dumps(boms[-1], indent=2) + "\n",
+                                      "digest": m.digest + "\n"}, below=(t.id,))
         done.append((t.id, m.digest))
         print(f"gpuforge: wrote {d / 'sbom.cdx.json'} (prod {m.digest})")
     return done

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from gpuforge.errors import ConfigError, FatalError
 from gpuforge.image import compat
+from gpuforge.state import files
 
 LOCK_NAME = "bases.lock"  # beside matrix.yaml: {"reference": "sha256:..."} for every pulled base
 # Only the security pocket, so what `-s upgrade` lists is security updates; the image's own lists are untouched
@@ -129,9 +130,7 @@ def bases(targets, lock: dict[str, str]) -> list[Finding]:
 
 def write_lock(targets, path: Path) -> dict[str, str]:
     lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref))}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    files.write_output(path, json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
 
 

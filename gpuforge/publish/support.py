@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuforge.image import compat
 from gpuforge.publish import prod
+from gpuforge.state import files
 from gpuforge.validate import evidence
 
 NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
@@ -239,10 +240,8 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
         n = release_notes(ev, pools, previous=prev)
         md = render_notes(n)
         if output:
-            d = Path(output) / t.id
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "release-notes.json").write_text(json.dumps(n, indent=2, sort_keys=True) + "\n")
-            (d / "release-notes.md").write_text(md)
+            d = files.write_outputs(Path(output), {"release-notes.json": json.dumps(n, indent=2, sort_keys=True) + "\n",
+                                                   "release-notes.md": md}, below=(t.id,))
             if sign:
                 _r = t.ref.on(registry) if registry else t.ref
                 host, repo, _ = _r.registry, _r.repository, _r.tag
