@@ -29,6 +29,7 @@ from pathlib import Path
 from gpuforge.build import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish.registry import Registry, auth_file
 
 COMPRESSIONS = ("gzip", "zstd", "both")
@@ -65,9 +66,15 @@ def _same_content(local: dict, zs: dict) -> str | None:
     return None
 
 
+def zstd_ref(ref: ImageRef) -> ImageRef:
+    """Where the zstd copy of a build tag goes: the same repository, tag + ZSTD_SUFFIX."""
+    return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
+
+
 def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path) -> str:
     """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
-    ref = f"{host}/{repo}:{tag}{ZSTD_SUFFIX}"
+    zref = zstd_ref(ImageRef(host, repo, tag))
+    ref = str(zref)
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
     with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
@@ -94,11 +101,11 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
     zs = reg.config(repo, digest)
     layers = _layers(reg, repo, m)
     if not layers or not all(mt.endswith("+zstd") for mt in layers):
-        msg = f"{ref}@{digest}: not every layer is zstd ({sorted(set(layers))})"
+        msg = f"{zref.at(digest)}: not every layer is zstd ({sorted(set(layers))})"
         raise RegistryError(msg)
     why = _same_content(engine.client().images.get(rec["image_id"]).attrs, zs)
     if why:
-        msg = f"{ref}@{digest}: {why} (the checkout changed since the build? rebuild, validate, push again)"
+        msg = f"{zref.at(digest)}: {why} (the checkout changed since the build? rebuild, validate, push again)"
         raise RegistryError(msg)
     return digest
 

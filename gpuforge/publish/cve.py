@@ -428,9 +428,7 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
         msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
-    _r = target.ref.on(registry) if registry else target.ref
-    host, repo, _ = _r.registry, _r.repository, _r.tag
-    ref = f"{host}/{repo}@{digest}"
+    ref = str(target.ref.on(registry).pinned(digest))
     attest.attest(ref, verdict_path, CVE_TYPE, key=key)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
 
@@ -443,12 +441,11 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
 
     done = []
     for t in targets:
-        _r = t.ref.on(registry) if registry else t.ref
-        host, repo, tag = _r.registry, _r.repository, _r.tag
-        m = Registry(host).manifest(repo, f"{tag}-prod")
+        ref = t.ref.on(registry)
+        m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
         if m is None:
             continue
-        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", CYCLONEDX_TYPE, verifier)
+        boms = attest.verified_predicates(str(ref.pinned(m.digest)), CYCLONEDX_TYPE, verifier)
         if not boms:
             print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
             continue

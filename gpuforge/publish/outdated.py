@@ -196,14 +196,13 @@ def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
 
     out = []
     for t in targets:
-        _r = t.ref.on(registry) if registry else t.ref
-        host, repo, tag = _r.registry, _r.repository, _r.tag
+        ref = t.ref.on(registry)
         try:
-            m = Registry(host).manifest(repo, f"{tag}-prod")
+            m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
             if m is None:
                 continue  # never promoted
-            ref = f"{host}/{repo}@{m.digest}"
-            probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=m.digest)
+            probs = cve.cve_ok(attest.verified_predicates(str(ref.pinned(m.digest)), cve.CVE_TYPE, verifier),
+                               digest=m.digest)
         except FatalError as e:
             out.append(Finding("unchecked", t.id, f"prod CVE verdict: {e}"))
             continue
