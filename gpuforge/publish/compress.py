@@ -31,6 +31,7 @@ from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.publish.registry import Registry, auth_file
+from gpuforge.state import files
 
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_OUTPUT = "type=image,name={ref},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
@@ -75,7 +76,6 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
     """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
     zref = zstd_ref(ImageRef(host, repo, tag))
     ref = str(zref)
-    log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
     with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
         argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
@@ -83,7 +83,7 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
         if af:  # buildx pushes with the docker config's credentials
             env["DOCKER_CONFIG"] = str(Path(af).parent)
         print(f"gpuforge: pushing {ref} (zstd layers, from the build cache; log {log})", flush=True)
-        with log.open("w") as f:
+        with files.open_log(log) as f:
             f.write(runner.redact("+ " + " ".join(argv)) + "\n")
             f.flush()
             rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode

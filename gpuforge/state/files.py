@@ -249,6 +249,18 @@ def read_text(path: Path | str, *, root: Path | str | None = None) -> str | None
         raise StateError(msg) from None
 
 
+def open_log(path: Path | str):
+    """A live log (line-buffered text, truncated), created with its folder: not atomic, since it is tailed
+    while it grows, but a symlink at it is refused like any file here, and a refusal is one StateError."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise error(p, e) from None
+    return os.fdopen(fd, "w", buffering=1)
+
+
 def write_output(path: Path | str, data: str | bytes) -> Path:
     """One file the user named (--output FILE), atomically; its folder is created and may be a link (the
     user chose it); a symlink at the file is refused."""

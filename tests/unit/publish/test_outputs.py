@@ -197,3 +197,13 @@ def test_schema_output_symlink_is_exit_8(tmp_path, victim, capsys):
     assert main(["schema", "--output", str(out)]) == 8
     assert "is a symlink" in _one_line(capsys.readouterr().err, out)
     assert victim.read_text() == "precious\n"
+
+
+def test_a_live_log_refuses_a_symlink_and_makes_its_folder(tmp_path, victim):
+    with files.open_log(tmp_path / "logs" / "t.log") as f:
+        f.write("+ docker build\n")
+        assert (tmp_path / "logs" / "t.log").read_text() == "+ docker build\n"  # line-buffered: tailable
+    (tmp_path / "logs" / "u.log").symlink_to(victim)
+    with pytest.raises(StateError, match="is a symlink"):
+        files.open_log(tmp_path / "logs" / "u.log")
+    assert victim.read_text() == "precious\n"
