@@ -107,6 +107,7 @@ def cmd_lock(args) -> int:
 
 def cmd_schema(args) -> int:
     from gpuforge.plan.schema import json_schema
+    from gpuforge.state import files
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     out = Path(options.for_args(args).output)
@@ -115,7 +116,7 @@ def cmd_schema(args) -> int:
             print(f"gpuforge: error: {out} is stale; run `gpuforge schema`", file=sys.stderr)
             return 2
         return 0
-    out.write_text(text)
+    files.write_output(out, text)
     print(f"wrote {out}")
     return 0
 

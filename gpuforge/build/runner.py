@@ -32,7 +32,7 @@ from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.render import dockerfile as render
 from gpuforge.render.labels import build_labels
-from gpuforge.state import records
+from gpuforge.state import files, records
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
@@ -206,7 +206,6 @@ class _Runner:
             return r
         root = self.opts.context_root or paths.project_root()
         log_dir = self.opts.log_dir or Path(options.setting("log_dir"))
-        log_dir.mkdir(parents=True, exist_ok=True)
         r.log = log_dir / f"{t.id}.log"
         recipe = render.recipe_hash(t, root)
         r.state = "building"
@@ -216,7 +215,7 @@ class _Runner:
             labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
             argv = build_argv(self.driver, t, root, iid, self.opts, labels,
                               meta if self.driver.name == "buildx" else None)
-            with r.log.open("w", buffering=1) as log:  # line-buffered: the log can be tailed live
+            with files.open_log(r.log) as log:  # line-buffered: the log can be tailed live
                 shown = redact("+ " + " ".join(argv))
                 log.write(shown + "\n")
                 if self.plain:

@@ -35,12 +35,21 @@ class ImageRef:
         """REGISTRY/REPOSITORY (REPOSITORY alone without a registry): what `docker tag` and a push name."""
         return f"{self.registry}/{self.repository}" if self.registry else self.repository
 
-    def on(self, registry: str) -> ImageRef:
-        """The same repository and tag on another registry."""
-        return replace(self, registry=grammar.registry(registry))
+    def on(self, registry: str | None) -> ImageRef:
+        """The same repository and tag on another registry; this one when none is given (no --registry)."""
+        return replace(self, registry=grammar.registry(registry)) if registry else self
 
     def at(self, digest: str) -> ImageRef:
         return replace(self, digest=digest)
+
+    def with_tag(self, tag: str) -> ImageRef:
+        """Another tag of the same repository (the matrix keeps room for gpuforge's suffixes: grammar.tag)."""
+        return replace(self, tag=tag)
+
+    def pinned(self, digest: str) -> ImageRef:
+        """REGISTRY/REPOSITORY@DIGEST, without the tag: what is signed and verified (a tag beside a digest is
+        ignored by the registry and would only mislead)."""
+        return replace(self, tag=None, digest=digest)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")

@@ -29,7 +29,9 @@ from pathlib import Path
 from gpuforge.build import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish.registry import Registry, auth_file
+from gpuforge.state import files
 
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_OUTPUT = "type=image,name={ref},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
@@ -65,10 +67,15 @@ def _same_content(local: dict, zs: dict) -> str | None:
     return None
 
 
+def zstd_ref(ref: ImageRef) -> ImageRef:
+    """Where the zstd copy of a build tag goes: the same repository, tag + ZSTD_SUFFIX."""
+    return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
+
+
 def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path) -> str:
     """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
-    ref = f"{host}/{repo}:{tag}{ZSTD_SUFFIX}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    zref = zstd_ref(ImageRef(host, repo, tag))
+    ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
     with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
         argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
@@ -76,7 +83,7 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
         if af:  # buildx pushes with the docker config's credentials
             env["DOCKER_CONFIG"] = str(Path(af).parent)
         print(f"gpuforge: pushing {ref} (zstd layers, from the build cache; log {log})", flush=True)
-        with log.open("w") as f:
+        with files.open_log(log) as f:
             f.write(runner.redact("+ " + " ".join(argv)) + "\n")
             f.flush()
             rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
@@ -94,11 +101,11 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
     zs = reg.config(repo, digest)
     layers = _layers(reg, repo, m)
     if not layers or not all(mt.endswith("+zstd") for mt in layers):
-        msg = f"{ref}@{digest}: not every layer is zstd ({sorted(set(layers))})"
+        msg = f"{zref.at(digest)}: not every layer is zstd ({sorted(set(layers))})"
         raise RegistryError(msg)
     why = _same_content(engine.client().images.get(rec["image_id"]).attrs, zs)
     if why:
-        msg = f"{ref}@{digest}: {why} (the checkout changed since the build? rebuild, validate, push again)"
+        msg = f"{zref.at(digest)}: {why} (the checkout changed since the build? rebuild, validate, push again)"
         raise RegistryError(msg)
     return digest
 

@@ -28,6 +28,7 @@ from gpuforge import options
 from gpuforge.errors import ConfigError, CveGateRed
 from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned, load
+from gpuforge.state import files
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
 CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
@@ -399,10 +400,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_suffix(".tmp")
-        tmp.write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
-        tmp.replace(output)
+        files.write_output(output, json.dumps(verdict, indent=2, sort_keys=True) + "\n")
     for line in verdict["problems"]:
         print(f"gpuforge: cve-gate: {line}")
     if verdict["counted"]:
@@ -430,9 +428,7 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
         msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
-    _r = target.ref.on(registry) if registry else target.ref
-    host, repo, _ = _r.registry, _r.repository, _r.tag
-    ref = f"{host}/{repo}@{digest}"
+    ref = str(target.ref.on(registry).pinned(digest))
     attest.attest(ref, verdict_path, CVE_TYPE, key=key)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
 
@@ -445,19 +441,17 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
 
     done = []
     for t in targets:
-        _r = t.ref.on(registry) if registry else t.ref
-        host, repo, tag = _r.registry, _r.repository, _r.tag
-        m = Registry(host).manifest(repo, f"{tag}-prod")
+        ref = t.ref.on(registry)
+        m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
         if m is None:
             continue
-        boms = attest.verified_predicates(f"{host}/{repo}@{m.digest}", CYCLONEDX_TYPE, verifier)
+        boms = attest.verified_predicates(str(ref.pinned(m.digest)), CYCLONEDX_TYPE, verifier)
         if not boms:
             print(f"gpuforge: {t.id}: prod {m.digest[:19]} carries no signed CycloneDX SBOM; not re-scanned")
             continue
-        d = out / t.id
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "sbom.cdx.json").write_text(json.dumps(boms[-1], indent=2) + "\n")
-        (d / "digest").write_text(m.digest + "\n")
+        # one set: a digest file never names another SBOM than the one beside it
+        d = files.write_outputs(out, {"sbom.cdx.json": json.dumps(boms[-1], indent=2) + "\n",
+                                      "digest": m.digest + "\n"}, below=(t.id,))
         done.append((t.id, m.digest))
         print(f"gpuforge: wrote {d / 'sbom.cdx.json'} (prod {m.digest})")
     return done

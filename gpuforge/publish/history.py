@@ -12,6 +12,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish import attest
 from gpuforge.publish.registry import Registry
 from gpuforge.state import promotions
@@ -73,7 +74,7 @@ def all_records(reg: Registry, repo: str, verifier: attest.Verifier) -> tuple[li
     """Every verified promotion record in the repository (any target, any environment)."""
     digests = _promotion_digests(reg, repo)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        found = list(pool.map(lambda d: (d, attest.verified_statements(f"{reg.host}/{repo}@{d}",
+        found = list(pool.map(lambda d: (d, attest.verified_statements(str(ImageRef(reg.host, repo, digest=d)),
                                                                         attest.PROMOTION_TYPE, verifier)), digests))
     entries, warnings = [], []
     for digest, statements in found:
@@ -83,7 +84,7 @@ def all_records(reg: Registry, repo: str, verifier: attest.Verifier) -> tuple[li
                 warnings.append(f"a signed promotion statement on {digest[:19]} is not a {promotions.SCHEMA} record; ignored")
             elif rec.digest != digest:
                 warnings.append(f"promotion record {rec.id[:12]} names {rec.digest[:19]} but is attached to {digest[:19]}; ignored")
-            elif rec.repository != f"{reg.host}/{repo}":
+            elif rec.repository != ImageRef(reg.host, repo).name:
                 continue  # copied here with the digest's attestations: another repository's history
             else:
                 entries.append(Entry(rec, s.layer))

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from gpuforge.errors import ConfigError, FatalError
 from gpuforge.image import compat
+from gpuforge.state import files
 
 LOCK_NAME = "bases.lock"  # beside matrix.yaml: {"reference": "sha256:..."} for every pulled base
 # Only the security pocket, so what `-s upgrade` lists is security updates; the image's own lists are untouched
@@ -129,9 +130,7 @@ def bases(targets, lock: dict[str, str]) -> list[Finding]:
 
 def write_lock(targets, path: Path) -> dict[str, str]:
     lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref))}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    files.write_output(path, json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
 
 
@@ -197,14 +196,13 @@ def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
 
     out = []
     for t in targets:
-        _r = t.ref.on(registry) if registry else t.ref
-        host, repo, tag = _r.registry, _r.repository, _r.tag
+        ref = t.ref.on(registry)
         try:
-            m = Registry(host).manifest(repo, f"{tag}-prod")
+            m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
             if m is None:
                 continue  # never promoted
-            ref = f"{host}/{repo}@{m.digest}"
-            probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=m.digest)
+            probs = cve.cve_ok(attest.verified_predicates(str(ref.pinned(m.digest)), cve.CVE_TYPE, verifier),
+                               digest=m.digest)
         except FatalError as e:
             out.append(Finding("unchecked", t.id, f"prod CVE verdict: {e}"))
             continue

@@ -39,7 +39,7 @@ from gpuforge.validate import evidence
 
 def ref_for(t: Target, registry: str | None) -> ImageRef:
     """The target's build tag, on `registry` (--registry / GPUFORGE_REGISTRY) when given."""
-    return t.ref.on(registry) if registry else t.ref
+    return t.ref.on(registry)
 
 
 def pushed_digest(status: str, tag: str) -> str | None:
@@ -80,8 +80,9 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
             zdigest = compress.push_zstd(t.id, rec, host, repo, tag, Path(options.setting("log_dir")))
-            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=f"{ref}{compress.ZSTD_SUFFIX}")
-            print(f"gpuforge: pushed {ref}{compress.ZSTD_SUFFIX}@{zdigest} (zstd, {info.describe()})", flush=True)
+            zref = compress.zstd_ref(ref)
+            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
+            print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
             res["digest_zstd"] = zdigest
         if compression == "zstd":
             out.append(res)
@@ -112,7 +113,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
             raise RegistryError(msg)
         records.update(t.id, digest=digest, pushed_ref=str(ref),
                        **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
-        print(f"gpuforge: pushed {ref}@{digest} (gzip, {info.describe()})", flush=True)
+        print(f"gpuforge: pushed {ref.at(digest)} (gzip, {info.describe()})", flush=True)
         out.append({**res, "digest": digest})
     return out
 
@@ -245,9 +246,9 @@ def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow
     if verifier is None:
         _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
-    ev = judge(str(ImageRef(host, repo, digest=digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
+    ev = judge(str(ref.pinned(digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
-        prod.check(t, ref=str(ImageRef(host, repo, digest=digest)), record=rec, verifier=verifier)
+        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier)
     tags = env_tags(t, tag, env)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:
@@ -265,7 +266,7 @@ def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
     m = reg.manifest(repo, rec.digest)
     if m is None:
         _refuse(rec.target, f"the registry has no manifest {rec.digest}")
-    judge(f"{reg.host}/{repo}@{rec.digest}", str(m.config_digest), verifier,
+    judge(str(ImageRef(reg.host, repo, digest=rec.digest)), str(m.config_digest), verifier,
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 

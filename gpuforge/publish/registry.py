@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpuforge import options
 from gpuforge.errors import RegistryError
+from gpuforge.plan.target import ImageRef
 
 # what skopeo prints for "no such manifest" (registry/distribution error codes, and containers/image text)
 _NOT_FOUND = re.compile(r"manifest unknown|MANIFEST_UNKNOWN|NAME_UNKNOWN|name unknown|not found", re.I)
@@ -130,12 +131,19 @@ class Registry:
         self.host = host
         self.tls = ["--tls-verify=false"] if insecure(host) else []
 
+    def _docker(self, repo: str, ref: str | None = None) -> str:
+        """skopeo's name for repo, repo:TAG or repo@DIGEST on this registry."""
+        r = ImageRef(self.host, repo)
+        if ref:
+            r = r.at(ref) if ref.startswith("sha256:") else r.with_tag(ref)
+        return f"docker://{r}"
+
     def manifest(self, repo: str, ref: str) -> Manifest | None:
         """The manifest a tag or digest names (its raw bytes: the digest is theirs), or None when there is none."""
         sep = "@" if ref.startswith("sha256:") else ":"
         with auth_file(self.host) as af:
             r = skopeo(["inspect", "--raw", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        f"docker://{self.host}/{repo}{sep}{ref}"], f"GET {repo}{sep}{ref}", self.host)
+                        self._docker(repo, ref)], f"GET {repo}{sep}{ref}", self.host)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return None
@@ -147,7 +155,7 @@ class Registry:
         """Every tag of `repo` ([] when the repository does not exist)."""
         with auth_file(self.host) as af:
             r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        f"docker://{self.host}/{repo}"], f"list tags of {repo}", self.host)
+                        self._docker(repo)], f"list tags of {repo}", self.host)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return []
@@ -161,7 +169,7 @@ class Registry:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
         with auth_file(self.host) as af:
             r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
-                        *(["--authfile", af] if af else []), f"docker://{self.host}/{repo}@{digest}"],
+                        *(["--authfile", af] if af else []), self._docker(repo, digest)],
                        f"GET config of {repo}@{digest[:19]}", self.host)
         if r.returncode != 0:
             _fail(r, self.host, f"GET config of {repo}@{digest[:19]}")
@@ -173,7 +181,7 @@ class Registry:
         with auth_file(self.host) as af:
             r = skopeo(["copy", "--all", "--preserve-digests", "--retry-times", "2", *tls,
                         *(["--authfile", af] if af else []),
-                        f"docker://{self.host}/{repo}@{digest}", f"docker://{self.host}/{repo}:{tag}"],
+                        self._docker(repo, digest), self._docker(repo, tag)],
                        f"copy {repo}@{digest[:19]} to :{tag}", self.host)
         if r.returncode != 0:
             _fail(r, self.host, f"PUT {repo}:{tag}")

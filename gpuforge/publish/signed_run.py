@@ -37,7 +37,7 @@ def pushed_ref(t: Target, registry: str | None) -> str:
         msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
                f"built image {rec['image_id'][:19]}; push it again")
         raise RegistryError(msg)
-    return f"{host}/{repo}@{rec['digest']}"
+    return str(pushed.pinned(rec["digest"]))
 
 
 def statement(rep: dict, ref: str) -> dict:

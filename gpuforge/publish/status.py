@@ -69,10 +69,10 @@ def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | Non
             done = h.done()
             last = next((r for r in reversed(done) if r.digest == at), None)
             local = rec.get("digest")
-            row = {"target": t.id, "env": env, "repository": f"{host}/{repo}", "tags": tags, "digest": at,
+            row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at,
                    "promotion": _record_json(last) if last else None,
                    "interrupted": _record_json(i) if (i := h.interrupted()) else None,
-                   "evidence": evidence_summary(f"{host}/{repo}@{at}", verifier) if at else None,
+                   "evidence": evidence_summary(str(pushed.pinned(at)), verifier) if at else None,
                    "local": {"digest": local, "image_id": rec.get("image_id"),
                              "differs": bool(at) and local is not None and local != at} if rec else None,
                    "history_length": len(done), "warnings": h.warnings}
@@ -134,7 +134,7 @@ def show_history(t: Target, *, env: str, registry: str | None, key: str | None, 
     if as_json:
         print(json.dumps({"target": t.id, "env": env, "records": rows, "warnings": h.warnings}, indent=2, sort_keys=True))
         return 0
-    print(f"{t.id} [{env}] {host}/{repo}: {len(h.done())} promotion(s)")
+    print(f"{t.id} [{env}] {pushed.name}: {len(h.done())} promotion(s)")
     for r in rows:
         if r["phase"] == "intent" and any(o["id"] == r["id"] and o["phase"] == "done" for o in rows):
             continue  # an intent completed by its done record: one line per promotion

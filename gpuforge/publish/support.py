@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuforge.image import compat
 from gpuforge.publish import prod
+from gpuforge.state import files
 from gpuforge.validate import evidence
 
 NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
@@ -180,15 +181,14 @@ def collect(t, *, registry: str | None, verifier, digest: str | None = None) -> 
     from gpuforge.publish.registry import Registry
     from gpuforge.state import records
 
-    _r = t.ref.on(registry) if registry else t.ref
-    host, repo, tag = _r.registry, _r.repository, _r.tag
+    pushed = t.ref.on(registry)
     if digest is None:
-        m = Registry(host).manifest(repo, f"{tag}-prod")
+        m = Registry(pushed.registry).manifest(pushed.repository, f"{pushed.tag}-prod")
         digest = m.digest if m else None
     rec = records.get(t.id) or {}
     ev = Evidence(target=t, digest=digest, built_at=rec.get("built_at") if rec.get("digest") == digest else None)
     if digest:
-        ref = f"{host}/{repo}@{digest}"
+        ref = str(pushed.pinned(digest))
         ev.validation = attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
         ev.cve = attest.verified_predicates(ref, cve.CVE_TYPE, verifier)
         ev.inventory = attest.verified_predicates(ref, attest.INVENTORY_TYPE, verifier)
@@ -239,14 +239,11 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
         n = release_notes(ev, pools, previous=prev)
         md = render_notes(n)
         if output:
-            d = Path(output) / t.id
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "release-notes.json").write_text(json.dumps(n, indent=2, sort_keys=True) + "\n")
-            (d / "release-notes.md").write_text(md)
+            d = files.write_outputs(Path(output), {"release-notes.json": json.dumps(n, indent=2, sort_keys=True) + "\n",
+                                                   "release-notes.md": md}, below=(t.id,))
             if sign:
-                _r = t.ref.on(registry) if registry else t.ref
-                host, repo, _ = _r.registry, _r.repository, _r.tag
-                attest.attest(f"{host}/{repo}@{ev.digest}", d / "release-notes.json", NOTES_TYPE, key=sign_key)
+                attest.attest(str(t.ref.on(registry).pinned(ev.digest)), d / "release-notes.json", NOTES_TYPE,
+                              key=sign_key)
         elif sign:
             msg = "--attest needs --output (the notes file is what is signed)"
             raise ConfigError(msg)

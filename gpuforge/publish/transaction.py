@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish import attest, runinfo
 from gpuforge.publish.history import Entry, History
 from gpuforge.publish.registry import Registry
@@ -50,7 +51,7 @@ def digest_at(reg: Registry, repo: str, tag: str) -> str | None:
 
 
 def _sign(reg: Registry, repo: str, rec: PromotionRecord, key: str | None) -> None:
-    attest.attest_data(f"{reg.host}/{repo}@{rec.digest}", rec.dump(), attest.PROMOTION_TYPE, key=key)
+    attest.attest_data(str(ImageRef(reg.host, repo, digest=rec.digest)), rec.dump(), attest.PROMOTION_TYPE, key=key)
 
 
 def _copy(reg: Registry, repo: str, digest: str, tag: str) -> None:
@@ -87,14 +88,14 @@ def execute(mv: Move, hist: History, *, sign_key: str | None, reports: Path | No
     to_move = [t for t in mv.tags if prior[t] != mv.digest]
     unchanged = [t for t in mv.tags if t not in to_move]
     result = {"target": mv.target, "env": mv.env, "kind": mv.kind, "digest": mv.digest,
-              "repository": f"{mv.reg.host}/{mv.repo}", "moved": [], "unchanged": unchanged,
+              "repository": ImageRef(mv.reg.host, mv.repo).name, "moved": [], "unchanged": unchanged,
               "prior": prior, "replaced": mv.replaced, "allow_no_gpu": mv.allow_no_gpu}
     if not to_move:
         print(f"gpuforge: {mv.target} -> {mv.env}: every tag already points at {mv.digest}; nothing to do")
         return result
     last = hist.last()
     intent = PromotionRecord(id=uuid.uuid4().hex, phase="intent", kind=mv.kind, target=mv.target, env=mv.env,
-                             repository=f"{mv.reg.host}/{mv.repo}", digest=mv.digest, tags=to_move, prior=prior,
+                             repository=ImageRef(mv.reg.host, mv.repo).name, digest=mv.digest, tags=to_move, prior=prior,
                              replaced=mv.replaced, allow_no_gpu=mv.allow_no_gpu, evidence=mv.evidence,
                              rollback_to_seq=mv.rollback_to_seq, seq=hist.next_seq(),
                              prev=last.ref() if last else None, at=now(), run=runinfo.current())

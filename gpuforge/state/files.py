@@ -10,6 +10,9 @@
   symlink: folders are opened one component at a time with O_NOFOLLOW, files with O_NOFOLLOW, and a
   rename replaces a link rather than writing through it. The root itself may be a link (the user chose it).
 - Every OSError (ENOSPC, EACCES, EROFS, EISDIR, ELOOP ...) becomes one StateError line naming the path.
+- Outputs (files written where a flag says: `--output`, the base lock) use the same writer through
+  `write_output(s)`, except that a symlink at a file name is refused rather than replaced: the user named
+  a file, and silently swapping their link for one is as surprising as writing through it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,9 +145,12 @@ class Folder:
         self.write_set({name: data}, mode=mode)
         return self.path / name
 
-    def write_set(self, contents: dict[str, bytes], *, mode: int = 0o644) -> None:
+    def write_set(self, contents: dict[str, bytes], *, mode: int = 0o644, refuse_links: bool = False) -> None:
         """Replace several files as one: every temp file is written and fsynced before the first rename, so
-        a full disk or a permission error leaves every previous file as it was (and no temp file behind)."""
+        a full disk or a permission error leaves every previous file as it was (and no temp file behind).
+        With refuse_links, a symlink at any of the names fails the whole set before anything is written."""
+        if refuse_links:
+            self._refuse_links(contents)
         temps: dict[str, str] = {}
         try:
             for name, data in contents.items():
@@ -184,10 +191,20 @@ class Folder:
     def write_text(self, name: str, text: str) -> Path:
         return self.write_bytes(name, text.encode())
 
+    def _refuse_links(self, names) -> None:
+        # A link swapped in after this check is only replaced by the rename, never written through.
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise error(self.path / name, e) from None
+            if stat.S_ISLNK(st.st_mode):
+                raise error(self.path / name, OSError(errno.ELOOP, "symlink"))
+
 
 def _is_regular(fd: int) -> bool:
-    import stat
-
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
@@ -230,3 +247,33 @@ def read_text(path: Path | str, *, root: Path | str | None = None) -> str | None
     except UnicodeDecodeError:
         msg = f"{path}: not UTF-8 text (random bytes?); delete it and re-run the step that writes it"
         raise StateError(msg) from None
+
+
+def open_log(path: Path | str):
+    """A live log (line-buffered text, truncated), created with its folder: not atomic, since it is tailed
+    while it grows, but a symlink at it is refused like any file here, and a refusal is one StateError."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise error(p, e) from None
+    return os.fdopen(fd, "w", buffering=1)
+
+
+def write_output(path: Path | str, data: str | bytes) -> Path:
+    """One file the user named (--output FILE), atomically; its folder is created and may be a link (the
+    user chose it); a symlink at the file is refused."""
+    p = Path(path)
+    write_outputs(p.parent, {p.name: data})
+    return p
+
+
+def write_outputs(root: Path | str, contents: dict[str, str | bytes], *, below: tuple[str, ...] = ()) -> Path:
+    """Several files into root/below..., all or nothing (Folder.write_set); nothing below `root` is followed
+    if it is a link, a symlink at a file name is refused. No lock file: nothing read-modify-writes an
+    output and a rename is atomic on its own, while a lock file would litter the user's folder."""
+    data = {n: v.encode() if isinstance(v, str) else v for n, v in contents.items()}
+    with Folder(root, *below) as d:
+        d.write_set(data, refuse_links=True)
+        return d.path
