@@ -15,7 +15,7 @@ layers (rootfs.diff_ids: digests of the uncompressed layers) and the same runtim
 image in the engine: the same files and settings, compressed otherwise.
 
 `gzip` pushes `<tag>`, `zstd` pushes `<tag>-zstd` only, `both` pushes both. Promotion moves the gzip
-digest; `gpuforge attest` signs the report onto the zstd digest too.
+digest, the one `validate --attest` signs; the zstd copy is not signed.
 """
 
 from __future__ import annotations

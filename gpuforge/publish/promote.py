@@ -31,7 +31,7 @@ from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import attest, compress, history, prod, transaction
-from gpuforge.publish.registry import Registry, credentials
+from gpuforge.publish.registry import Manifest, Registry, credentials
 from gpuforge.state import records
 from gpuforge.state.promotions import Evidence, PromotionRecord
 from gpuforge.validate import evidence
@@ -70,9 +70,9 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
             raise RegistryError(msg) from None
         held = Registry(host).manifest(repo, tag)
         replaced = None
-        if held is not None and held.config_digest != rec["image_id"]:
+        if held is not None and not held.holds(rec["image_id"]):
             if not replace:  # the build tag is a version tag: it names one image
-                msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest)[:19]}), not "
+                msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
                        f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
                 raise PromotionRefused(msg)
             replaced = {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
@@ -146,11 +146,16 @@ def _when(pred: dict) -> str | None:
     return None
 
 
-def judge(ref: str, image_id: str, verifier: attest.Verifier, *, require_gpu: bool, check_validator_set: bool = True,
-          who: str) -> Evidence:
+def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require_gpu: bool,
+          check_validator_set: bool = True, who: str) -> Evidence:
     """The signed validation statements on `ref` (host/repo@digest), judged in registry order: the newest
     decides (a red one newer than a green one blocks); under `require_gpu` the newest GPU one too.
+    `image`: the validated image's id (from its build record), or, with no record (resume, rollback), the
+    registry's manifest at `ref`: the evidence must then name an image id that manifest holds (its config
+    digest on a graphdriver engine, the manifest or index digest itself on the containerd store).
     Raises PromotionRefused naming the reason. Returns the evidence relied on."""
+    is_image = image.holds if isinstance(image, Manifest) else image.__eq__
+    image_id = image.digest if isinstance(image, Manifest) else image
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
         _refuse(who, f"{ref} carries no signed validation attestation that verifies (sign in the validating run: "
@@ -168,7 +173,7 @@ def judge(ref: str, image_id: str, verifier: attest.Verifier, *, require_gpu: bo
         if probs:
             _refuse(who, f"{where} is not evidence: {'; '.join(probs)}")
         ev = p.get("evidence") or {}
-        if ev.get("image_id") != image_id:
+        if not isinstance(ev.get("image_id"), str) or not is_image(ev["image_id"]):
             _refuse(who, f"{where} is for image {str(ev.get('image_id'))[:19]}, not {image_id[:19]}")
         if check_validator_set and ev.get("validator_set") != evidence.validator_set_hash():
             _refuse(who, f"{where} was made by another validator set ({str(ev.get('validator_set'))[:19]}, this "
@@ -266,7 +271,7 @@ def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
     m = reg.manifest(repo, rec.digest)
     if m is None:
         _refuse(rec.target, f"the registry has no manifest {rec.digest}")
-    judge(str(ImageRef(reg.host, repo, digest=rec.digest)), str(m.config_digest), verifier,
+    judge(str(ImageRef(reg.host, repo, digest=rec.digest)), m, verifier,
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 

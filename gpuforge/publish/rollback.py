@@ -72,7 +72,7 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
     if m is None:
         _refuse(t, f"the registry no longer holds {digest}")
     require_gpu = env == "prod" and not allow_no_gpu
-    ev = promote.judge(str(pushed.pinned(digest)), str(m.config_digest), verifier, require_gpu=require_gpu,
+    ev = promote.judge(str(pushed.pinned(digest)), m, verifier, require_gpu=require_gpu,
                        check_validator_set=False, who=t.id)  # evidence made by the validators of its time
     mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, kind="rollback",
                           replaced=list(promote.version_tags_moved(reg, repo, tags, digest)),

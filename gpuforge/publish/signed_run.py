@@ -33,7 +33,7 @@ def pushed_ref(t: Target, registry: str | None) -> str:
     pushed = ref_for(t, registry)
     host, repo = pushed.registry, pushed.repository
     m = Registry(host).manifest(repo, rec["digest"])
-    if m is None or m.config_digest != rec["image_id"]:
+    if m is None or not m.holds(rec["image_id"]):  # config digest (graphdriver) or the digest itself (containerd)
         msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
                f"built image {rec['image_id'][:19]}; push it again")
         raise RegistryError(msg)
