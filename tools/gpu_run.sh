@@ -14,6 +14,9 @@
 #                            containers sharing a volume: AOTInductor package, then artifacts file  (carry .whl .device)
 #                            (GPUFORGE_SKIP_WARM=1: the smoke only; WARM_WAYS="aot": one way only)
 #   tools/gpu_run.sh perf21  the perf table alone (no warm starts), 5 trials;  ctr21+perf21: both in one call
+#   tools/gpu_run.sh aoti21  the CDI engine: a start's floor (docker run, import torch, CUDA, torchvision) and
+#                            tools/aoti_probe.py (where AOTInductor's build and load spend their time)
+# The engine travels as .device/engine26.tar.xz (48 MB) or .device/debs/*.deb; carry .device and .whl.
 # Results go to $OUT (at most 8 files come back). Wheels: .whl/ (docker, pytest-testinfra, pydantic…);
 # engine debs: .device/debs/ (docker.io + docker-cli 26.1.5 from trixie, containerd + runc + tini from bookworm).
 set -u
