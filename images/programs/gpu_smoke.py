@@ -436,14 +436,16 @@ t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
 torch.empty(1, device="cuda")
-# What aoti_load_package does first in a new process, whatever the package: torch._inductor's import and its
-# device facts (a CPU vector-ISA probe: g++ builds plus Python starts, seconds each under load). Done while the
-# parent still compiles; the package itself is seen only after the READY line.
-from torch._inductor.codecache import get_device_information
-get_device_information("cuda")
+# What aoti_load_package does first in a new process, whatever the package: torch._inductor's import and, from
+# torch 2.8 or so, its device facts (a CPU vector-ISA probe: g++ builds plus Python starts, seconds each under
+# load; torch 2.7 has no such step). Done while the parent still compiles; the package is seen only after READY.
+import torch._inductor.package
+from torch._inductor import codecache
+if hasattr(codecache, "get_device_information"):
+    codecache.get_device_information("cuda")
 t2 = time.perf_counter()
 print("READY", flush=True)
-pkg, data = sys.stdin.readline().split()
+pkg, data = json.loads(sys.stdin.readline())
 data = torch.load(data)
 t3 = time.perf_counter()
 runner = torch._inductor.aoti_load_package(pkg)
@@ -527,10 +529,12 @@ def _aoti_round_trip(torch, loader, errs) -> dict:
         compile_s = time.perf_counter() - t0
         torch.save({"x": x.cpu(), "ref": ref.cpu()}, data)
         t0 = time.perf_counter()
-        ready = loader.stdout.readline().strip()
+        import select
+
+        ready = loader.stdout.readline().strip() if select.select([loader.stdout], [], [], 600)[0] else "(no READY in 600 s)"
         wait_s = time.perf_counter() - t0  # > 0 only when the loader's start outlasted the compile
         try:
-            out, _ = loader.communicate(f"{path} {data}\n" if ready == "READY" else "", timeout=600)
+            out, _ = loader.communicate(json.dumps([path, data]) + "\n" if ready == "READY" else "", timeout=600)
         except subprocess.TimeoutExpired:
             loader.kill()
             out, _ = loader.communicate()

@@ -49,15 +49,16 @@ def main() -> int:
     report["cpp_sources"] = len(glob.glob(os.path.join(cache, "**", "*.cpp"), recursive=True))
     report["shared_objects"] = len(glob.glob(os.path.join(cache, "**", "*.so"), recursive=True))
     report["torch"] = torch.__version__
-    # The vector ISA the kernels were built for, and whether Inductor's per-process probe was skipped (the
-    # image sets TORCHINDUCTOR_VEC_ISA_OK=1): the compile above is then the proof the toolchain builds that ISA.
+    # The vector ISA the kernels were built for, and whether the switch that skips Inductor's per-process ISA
+    # probe is set (the image sets TORCHINDUCTOR_VEC_ISA_OK=1; AMX is probed regardless): the compile above is
+    # then the proof the toolchain builds that ISA.
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 
         report["vec_isa"] = str(pick_vec_isa()) or "none (scalar code)"
     except Exception as e:  # a record only
         report["vec_isa"] = f"unknown ({type(e).__name__})"
-    report["vec_isa_probe"] = "skipped" if os.environ.get("TORCHINDUCTOR_VEC_ISA_OK") == "1" else "run"
+    report["vec_isa_ok"] = os.environ.get("TORCHINDUCTOR_VEC_ISA_OK")
     print(json.dumps(report))
     return 0
 

@@ -37,13 +37,16 @@ import hashlib
 import importlib
 import json
 import os
+import platform
 import re
+import stat
 import sys
+import tempfile
 import time
 
 T_START = time.perf_counter()
 SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-AOT_FORMAT = 2  # bump when what the key covers changes: every older package is then rebuilt
+AOT_FORMAT = 3  # bump when what the key covers changes: every older package is then rebuilt
 # a one-off build: a header PCH only costs time; the .so goes into the package (else every load compiles it)
 AOT_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.package_cpp_only": False}
 AOT_CALLS = 3
@@ -141,7 +144,8 @@ def locked(package: str, exclusive: bool):
     """An inter-process lock beside the package: writers exclusive, readers shared."""
     import fcntl
 
-    with open(f"{package}.lock", "a") as f:
+    fd = os.open(f"{package}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "a") as f:  # O_NOFOLLOW: a link planted at the lock's name is refused, not written through
         fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -149,17 +153,15 @@ def locked(package: str, exclusive: bool):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def publish_package(package: str, built: str, facts: dict, inputs: list | None = None) -> None:
+def publish_package(package: str, built: str, facts: dict) -> None:
     """Move a freshly built package into place with its key file: each written whole (os.replace), the pair
     under the lock, the key last, so a reader sees an old pair, a new pair, or a key that names other bytes.
-    `inputs` ([[shape, dtype], ...], what it was built for) is kept beside the key for declared starts."""
+    The key is a checksum, not a signature: whoever may write the volume may run code in the container."""
     digest = file_sha256(built)
-    tmp = f"{key_path(package)}.tmp{os.getpid()}"
-    side = {"key": package_key(facts), "facts": facts, "sha256": digest}
-    if inputs is not None:
-        side["inputs"] = inputs
-    with open(tmp, "w") as f:
-        json.dump(side, f, indent=1, sort_keys=True)
+    fd, tmp = tempfile.mkstemp(prefix=".key.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(package)))
+    os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the key from the next container's other uid
+    with os.fdopen(fd, "w") as f:
+        json.dump({"key": package_key(facts), "facts": facts, "sha256": digest}, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     with locked(package, exclusive=True):
@@ -168,11 +170,12 @@ def publish_package(package: str, built: str, facts: dict, inputs: list | None =
 
 
 def built_inputs(package: str) -> list:
-    """The [[shape, dtype], ...] a package was built for, from its key file ([] when absent or malformed)."""
+    """The [[shape, dtype], ...] a package was built for, from its key file's facts ([] when absent or malformed).
+    Read under the lock with the key check: the facts, inputs included, are what the key hashes."""
     try:
         with open(key_path(package)) as f:
-            got = json.load(f).get("inputs", [])
-    except (OSError, ValueError, AttributeError):
+            got = json.load(f)["facts"]["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
         return []
     ok = isinstance(got, list) and all(isinstance(i, list) and len(i) == 2 and isinstance(i[0], list)
                                        and all(isinstance(n, int) and n >= 0 for n in i[0])
@@ -180,8 +183,30 @@ def built_inputs(package: str) -> list:
     return got if ok else []
 
 
+# The CPU features a package's host code may be built for (Inductor picks its vector ISA from these): a volume
+# shared by an AVX-512 host and an AVX2 host must never hand one's .so to the other (SIGILL, not an exception).
+CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "vsx")
+
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """The machine and its ISA-relevant CPU flags, from /proc/cpuinfo (no torch, no compiler)."""
+    flags: set = set()
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return {"machine": platform.machine(), "cpu_flags": " ".join(f for f in CPU_FLAGS if f in flags)}
+
+
 def source_sha256(fn) -> str:
-    """sha256 of the file that defines the model function (a changed function means another package)."""
+    """sha256 of the file that defines the model function: an edit there makes another package. Code it
+    imports is not covered: with declared weights, the declaration must change when such code does."""
     import inspect
 
     try:
@@ -189,6 +214,21 @@ def source_sha256(fn) -> str:
     except TypeError:
         path = None
     return file_sha256(path) if path and os.path.exists(path) else "unknown"
+
+
+def weights_files_problem(value: str) -> str:
+    """Why GPUFORGE_AOT_WEIGHTS is unusable ("" when fine): each entry a regular file (no FIFO, no folder)."""
+    paths = value.split(os.pathsep)
+    if not all(paths):
+        return "an empty entry (separate files with ':')"
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            return f"{p}: {e.strerror}"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{p} is not a regular file"
+    return ""
 
 
 def declared_weights(make_model) -> str | None:
@@ -223,7 +263,8 @@ def base_facts(model_spec: str, make_model=None) -> dict:
 
     p = torch.cuda.get_device_properties(0)
     return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": p.name, "capability": f"{p.major}.{p.minor}",
-            "model": model_spec, "source": source_sha256(make_model) if make_model is not None else "unknown"}
+            **cpu_facts(), "model": model_spec,
+            "source": source_sha256(make_model) if make_model is not None else "unknown"}
 
 
 def package_facts(model, inputs, model_spec: str, make_model=None) -> dict:
@@ -232,15 +273,17 @@ def package_facts(model, inputs, model_spec: str, make_model=None) -> dict:
 
 
 def open_package(package: str):
-    """A callable runner of the package. The C++ AOTIModelPackageLoader directly: torch's aoti_load_package
-    first probes the CPU's vector ISAs (each a g++ build plus a Python start: 22 s in a fresh container on the
-    H200, docs/measurements/gpu-21b.md) only to warn on a device mismatch, which the key has already ruled out.
-    Falls back to aoti_load_package where the loader's signature differs."""
+    """A callable runner of the package. The C++ AOTIModelPackageLoader directly: torch 2.11's aoti_load_package
+    first probes the CPU's vector ISAs (a g++ build plus a Python start each: 22 s in a fresh container on the
+    H200, docs/measurements/gpu-21b.md) only to warn on a platform, machine, ISA or capability mismatch, which
+    the key's facts already cover. Falls back to aoti_load_package where the binding differs (torch 2.7's
+    loader takes three arguments)."""
     import torch
     from torch.utils import _pytree as pytree
 
     try:
         loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, torch.cuda.current_device())
+        loader.run, loader.get_call_spec  # noqa: B018  (both or the fallback: bindings differ across torch)
     except (TypeError, AttributeError):
         return torch._inductor.aoti_load_package(package)
     out_spec = pytree.treespec_loads(loader.get_call_spec()[1])
@@ -251,14 +294,25 @@ def open_package(package: str):
     return run
 
 
-def _runner_if_usable(package: str, facts: dict):
-    """(runner or None, why not, seconds the load took), the check and the load under a shared lock."""
+def _runner_if_usable(package: str, facts: dict, stored_inputs: bool = False):
+    """(runner or None, why not, seconds the load took, inputs), the check and the load under a shared lock.
+    stored_inputs (a declared key): the inputs the package was built for join the facts, read in the same lock."""
     with locked(package, exclusive=False):
+        inputs = built_inputs(package) if stored_inputs else []
+        if stored_inputs:
+            if not inputs:
+                return None, "no package yet" if not os.path.exists(key_path(package)) else \
+                    f"{key_path(package)} names no usable inputs", 0.0, []
+            facts = {**facts, "inputs": inputs}
         ok, why = package_usable(package, facts)
         if not ok:
-            return None, why, 0.0
+            return None, why, 0.0, []
         t0 = time.perf_counter()
-        return open_package(package), "", time.perf_counter() - t0
+        try:
+            runner = open_package(package)
+        except Exception as e:  # a package torch cannot load is stale, never the end of the start
+            return None, f"the loader refused it ({type(e).__name__}: {str(e)[-200:]})", 0.0, []
+        return runner, "", time.perf_counter() - t0, inputs
 
 
 def load_package(package: str, model=None, inputs=None, model_spec: str = ""):
@@ -271,10 +325,10 @@ def load_package(package: str, model=None, inputs=None, model_spec: str = ""):
             print(f"gpuforge: AOTInductor package {package}: give the model and inputs, or a model_spec whose "
                   "weights are declared (GPUFORGE_AOT_WEIGHTS or aot_weights())", file=sys.stderr)
             return None
-        facts = {**base_facts(model_spec, make_model), "weights": declared}
+        runner, why, _, _ = _runner_if_usable(package, {**base_facts(model_spec, make_model), "weights": declared},
+                                              stored_inputs=True)
     else:
-        facts = package_facts(model, inputs, model_spec, make_model)
-    runner, why, _ = _runner_if_usable(package, facts)
+        runner, why, _, _ = _runner_if_usable(package, package_facts(model, inputs, model_spec, make_model))
     if runner is None:
         print(f"gpuforge: AOTInductor package {package}: {why}", file=sys.stderr)
     return runner
@@ -295,7 +349,7 @@ def example_inputs(specs: list) -> list:
     return out
 
 
-def build_package(package: str, model, inputs, facts: dict, kept_inputs: list | None = None) -> dict:
+def build_package(package: str, model, inputs, facts: dict) -> dict:
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -303,16 +357,18 @@ def build_package(package: str, model, inputs, facts: dict, kept_inputs: list | 
     from gpu_smoke import aoti_build_configs, package_contents
 
     t0 = time.perf_counter()
-    built = f"{package}.build{os.getpid()}.pt2"
+    work = tempfile.mkdtemp(prefix=".build.", dir=os.path.dirname(os.path.abspath(package)))
+    built = os.path.join(work, "package.pt2")
     try:
         with torch.no_grad():
             ep = torch.export.export(model, tuple(inputs))
         torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
         contents = package_contents(built)
-        publish_package(package, built, facts, kept_inputs)
+        publish_package(package, built, facts)
     finally:
-        if os.path.exists(built):
-            os.unlink(built)
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
     return {"aot_build_s": round(time.perf_counter() - t0, 3), "aot_package_bytes": os.path.getsize(package),
             "aot_package_contents": contents}
 
@@ -333,35 +389,45 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
     model = inputs = None
     if declared is not None:
         facts = {**base_facts(spec, make_model), "weights": declared}
-        runner, why, load_s = _runner_if_usable(package, facts)
-        specs = built_inputs(package)
-        if runner is not None and not specs:
-            runner, why = None, f"{key_path(package)} names no inputs"
+        runner, why, load_s, specs = _runner_if_usable(package, facts, stored_inputs=True)
+        rep["aot_key_s"] = round(time.perf_counter() - t0 - load_s, 3)
         if runner is not None:
+            t1 = time.perf_counter()
             try:
                 inputs = example_inputs(specs)
-            except ValueError as e:
-                runner, why = None, f"{key_path(package)}: {e}"
-        rep["aot_key_s"] = round(time.perf_counter() - t0 - load_s, 3)
-    if inputs is None:
-        t1 = time.perf_counter()
-        model, inputs = make_model()
-        if declared is None:
-            facts = package_facts(model, inputs, spec, make_model)
-            runner, why, load_s = _runner_if_usable(package, facts)
-        else:
-            runner = None
-        rep["aot_model_s"] = round(time.perf_counter() - t1, 3)
+                with torch.no_grad():
+                    for _ in range(AOT_CALLS):
+                        runner(*inputs)
+                        torch.cuda.synchronize()
+            except Exception as e:  # a package that will not run is stale: compile this start, then rebuild
+                runner, inputs, why = None, None, f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
+            else:
+                rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t1, 3),
+                           first_ready_s=round(time.perf_counter() - T_START, 3))
+                return rep
+        facts["inputs"] = None  # set from the model below
+    t1 = time.perf_counter()
+    model, inputs = make_model()
+    rep["aot_model_s"] = round(time.perf_counter() - t1, 3)
+    if declared is None:
+        facts = package_facts(model, inputs, spec, make_model)
+        runner, why, load_s, _ = _runner_if_usable(package, facts)
+        t0 = time.perf_counter()
+        if runner is not None:
+            try:
+                with torch.no_grad():
+                    for _ in range(AOT_CALLS):
+                        runner(*inputs)
+                        torch.cuda.synchronize()
+            except Exception as e:
+                runner, why = None, f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
+            else:
+                rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
+                           first_ready_s=round(time.perf_counter() - T_START, 3))
+                return rep
+    else:
+        facts["inputs"] = input_specs(inputs)
     t0 = time.perf_counter()
-    if runner is not None:
-        rep.update(aot="loaded", aot_load_s=round(load_s, 3))
-        with torch.no_grad():
-            for _ in range(AOT_CALLS):
-                runner(*inputs)
-                torch.cuda.synchronize()
-        rep["aot_calls_s"] = round(time.perf_counter() - t0, 3)
-        rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
-        return rep
     rep["aot"] = f"built ({why})"
     print(f"gpuforge: AOTInductor package {package}: {why}; building it after this start", file=sys.stderr)
     if not have_warmup:  # this start is served the way it was before packages: torch.compile
@@ -373,7 +439,7 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
         rep["compile_calls_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
     try:
-        rep.update(build_package(package, model, inputs, facts, input_specs(inputs)))
+        rep.update(build_package(package, model, inputs, facts))
     except Exception as e:  # this start is served; a package that cannot be built must not stop the container
         rep["aot_build_error"] = f"{type(e).__name__}: {str(e)[-500:]}"
         print(f"gpuforge: warning: could not build AOTInductor package {package}: {rep['aot_build_error']}",
@@ -405,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
         folder = os.path.dirname(os.path.abspath(args.aot_package))
         if os.path.isdir(args.aot_package) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             return fail(f"GPUFORGE_AOT_PACKAGE={args.aot_package!r}: give a file path in a writable folder (a volume)")
+        problem = weights_files_problem(os.environ["GPUFORGE_AOT_WEIGHTS"]) if os.environ.get("GPUFORGE_AOT_WEIGHTS") else ""
+        if problem:
+            return fail(f"GPUFORGE_AOT_WEIGHTS: {problem}; name the checkpoint file(s) the weights are read from")
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)  # the built-in warm-ups (warm_start:resnet50_bs1)
     sys.path.insert(0, os.getcwd())

@@ -179,17 +179,155 @@ def test_the_model_functions_source_is_in_the_key(ws, tmp_path, monkeypatch):
     assert ws.source_sha256(len) == "unknown"  # a builtin has no file: the key says so rather than guess
 
 
-@pytest.mark.parametrize("side,want", [
-    ({"inputs": [[[1, 3, 224, 224], "torch.float32"]]}, [[[1, 3, 224, 224], "torch.float32"]]),
-    ({}, []),
-    ({"inputs": [[[1, -3], "torch.float32"]]}, []),
-    ({"inputs": [[[1, 3], "float32; import os"]]}, []),
-    ({"inputs": "[[1]]"}, []),
+@pytest.mark.parametrize("inputs,want", [
+    ([[[1, 3, 224, 224], "torch.float32"]], [[[1, 3, 224, 224], "torch.float32"]]),
+    (None, []),
+    ([[[1, -3], "torch.float32"]], []),
+    ([[[1, 3], "float32; import os"]], []),
+    ([[[1, 3], "torch.__class__"]], []),
+    ("[[1]]", []),
 ])
-def test_built_inputs_are_read_from_the_key_file_or_not_at_all(ws, tmp_path, side, want):
+def test_built_inputs_come_from_the_hashed_facts_or_not_at_all(ws, tmp_path, inputs, want):
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS, side.get("inputs"))
-    if not side:
-        assert "inputs" not in json.loads((tmp_path / "model.pt2.key.json").read_text())
+    facts = {k: v for k, v in FACTS.items() if k != "inputs"} | ({"inputs": inputs} if inputs is not None else {})
+    ws.publish_package(pkg, _built(tmp_path), facts)
     assert ws.built_inputs(pkg) == want
-    assert ws.package_usable(pkg, FACTS) == (True, "")  # the inputs beside the key never change what it covers
+
+
+def test_edited_inputs_make_the_key_stale(ws, tmp_path):
+    """The inputs a declared start runs are in the facts the key hashes: editing them by hand is refused."""
+    pkg = str(tmp_path / "model.pt2")
+    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    side = json.loads((tmp_path / "model.pt2.key.json").read_text())
+    side["facts"]["inputs"] = [[[1 << 30, 3], "torch.float32"]]
+    (tmp_path / "model.pt2.key.json").write_text(json.dumps(side))
+    edited = {**FACTS, "inputs": ws.built_inputs(pkg)}
+    ok, why = ws.package_usable(pkg, edited)
+    assert not ok and why.startswith("stale")
+
+
+def test_cpu_facts_name_the_isa_flags_only(ws, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor: 0\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw amx_tile hypervisor\n")
+    got = ws.cpu_facts(str(info))
+    assert got["cpu_flags"] == "avx avx2 fma avx512f avx512bw amx_tile" and got["machine"]
+    info.write_text("flags: fpu sse2 avx avx2 fma\n")  # an AVX2-only host sharing the volume: another package
+    assert ws.cpu_facts(str(info))["cpu_flags"] == "avx avx2 fma"
+    assert ws.cpu_facts(str(tmp_path / "absent"))["cpu_flags"] == ""
+
+
+@pytest.mark.parametrize("value,msg", [(":", "empty entry"), ("{d}", "not a regular file"),
+                                       ("{d}/missing.bin", "No such file"), ("{d}/fifo", "not a regular file")])
+def test_bad_weights_files_are_refused_before_torch(tmp_path, value, msg):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    env = {**os.environ, "GPUFORGE_AOT_PACKAGE": str(tmp_path / "m.pt2"), "GPUFORGE_AOT_MODEL": "m:f",
+           "GPUFORGE_AOT_WEIGHTS": value.format(d=tmp_path)}
+    r = subprocess.run([sys.executable, str(PROG)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 64 and msg in r.stderr and "GPUFORGE_AOT_WEIGHTS" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- aot_start's branches, with torch's parts stood in for (no torch here) ---------------------------------
+
+class _FakeTorch:
+    """Just what aot_start touches: no_grad, cuda.synchronize, and torch.compile (the cold path)."""
+
+    def __init__(self):
+        import contextlib
+        import types
+
+        self.compiled = 0
+        self.no_grad = contextlib.nullcontext
+        self.cuda = types.SimpleNamespace(synchronize=lambda: None)
+
+    def compile(self, model):
+        self.compiled += 1
+        return model
+
+
+@pytest.fixture()
+def fake(ws, monkeypatch):
+    t = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", t)
+    monkeypatch.setattr(ws, "base_facts", lambda spec, make_model=None: {"gpu": "X", "model": spec})
+    monkeypatch.setattr(ws, "input_specs", lambda inputs: [[[2, 4], "torch.float32"]])
+    monkeypatch.setattr(ws, "example_inputs", lambda specs: ["x"])
+    built = []
+
+    def build(package, model, inputs, facts):
+        pathlib_built = _built_dir(package)
+        ws.publish_package(package, pathlib_built, facts)
+        built.append(facts)
+        return {"aot_build_s": 0.0}
+    monkeypatch.setattr(ws, "build_package", build)
+    t.built = built
+    return t
+
+
+def _built_dir(package):
+    import os
+
+    path = os.path.join(os.path.dirname(package), "fresh.pt2")
+    with open(path, "wb") as f:
+        f.write(b"package bytes")
+    return path
+
+
+def _make():
+    _make.calls += 1
+    return (lambda x: x), ("x",)
+
+
+def test_a_declared_start_loads_without_building_the_model(ws, fake, tmp_path, monkeypatch):
+    _make.calls = 0
+    _make.aot_weights = lambda: "v1"
+    pkg = str(tmp_path / "m.pt2")
+    first = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert first["aot"] == "built (no package yet)" and fake.compiled == 1 and _make.calls == 1
+    assert fake.built[0]["inputs"] == [[[2, 4], "torch.float32"]]  # what the next start will run
+    runs = []
+    monkeypatch.setattr(ws, "open_package", lambda p: lambda *a: runs.append(a))
+    second = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert second["aot"] == "loaded" and _make.calls == 1 and len(runs) == ws.AOT_CALLS  # no model built
+
+
+def test_a_package_that_fails_to_load_or_run_is_rebuilt_not_fatal(ws, fake, tmp_path, monkeypatch):
+    _make.calls = 0
+    _make.aot_weights = lambda: "v1"
+    pkg = str(tmp_path / "m.pt2")
+    ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+
+    def broken(p):
+        msg = "bad package"
+        raise RuntimeError(msg)
+    monkeypatch.setattr(ws, "open_package", broken)
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert got["aot"].startswith("built (the loader refused it (RuntimeError: bad package") and fake.compiled == 2
+
+    def crashes_on_call(p):
+        def run(*a):
+            msg = "CUDA error: an illegal memory access"
+            raise RuntimeError(msg)
+        return run
+    monkeypatch.setattr(ws, "open_package", crashes_on_call)
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert got["aot"].startswith("built (it failed to run (RuntimeError") and fake.compiled == 3
+
+
+def test_changed_declared_weights_rebuild(ws, fake, tmp_path, monkeypatch):
+    _make.calls = 0
+    _make.aot_weights = lambda: "v1"
+    pkg = str(tmp_path / "m.pt2")
+    ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    monkeypatch.setattr(ws, "open_package", lambda p: lambda *a: None)
+    _make.aot_weights = lambda: "v2"
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert got["aot"] == "built (stale: made for other weights)"
+
+
+def test_the_key_file_is_readable_by_the_next_containers_user(ws, tmp_path):
+    pkg = str(tmp_path / "model.pt2")
+    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    assert (tmp_path / "model.pt2.key.json").stat().st_mode & 0o777 == 0o644
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".key.")]  # no temp left behind
