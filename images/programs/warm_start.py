@@ -378,6 +378,25 @@ def resolve(spec: str):
     return getattr(importlib.import_module(mod), name)
 
 
+def _serve(rep: dict, runner, make_inputs, load_s: float) -> str:
+    """Run a loaded package AOT_CALLS times (synced) and record the start in rep; "" when served, else why not:
+    a package that will not run is stale — this start then compiles, and the package is rebuilt."""
+    import torch
+
+    t0 = time.perf_counter()
+    try:
+        inputs = make_inputs()
+        with torch.no_grad():
+            for _ in range(AOT_CALLS):
+                runner(*inputs)
+                torch.cuda.synchronize()
+    except Exception as e:
+        return f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
+    rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
+               first_ready_s=round(time.perf_counter() - T_START, 3))
+    return ""
+
+
 def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
     """Load and run the package when it fits, else serve this start by torch.compile and build it.
     Declared weights: the key is checked and the package run without building the model at all."""
@@ -386,24 +405,13 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
     t0 = time.perf_counter()
     declared = declared_weights(make_model)
     rep: dict = {"aot_key": "declared" if declared is not None else "fingerprint"}
-    model = inputs = None
     if declared is not None:
         facts = {**base_facts(spec, make_model), "weights": declared}
         runner, why, load_s, specs = _runner_if_usable(package, facts, stored_inputs=True)
         rep["aot_key_s"] = round(time.perf_counter() - t0 - load_s, 3)
         if runner is not None:
-            t1 = time.perf_counter()
-            try:
-                inputs = example_inputs(specs)
-                with torch.no_grad():
-                    for _ in range(AOT_CALLS):
-                        runner(*inputs)
-                        torch.cuda.synchronize()
-            except Exception as e:  # a package that will not run is stale: compile this start, then rebuild
-                runner, inputs, why = None, None, f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
-            else:
-                rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t1, 3),
-                           first_ready_s=round(time.perf_counter() - T_START, 3))
+            why = _serve(rep, runner, lambda: example_inputs(specs), load_s)
+            if not why:
                 return rep
         facts["inputs"] = None  # set from the model below
     t1 = time.perf_counter()
@@ -412,18 +420,9 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
     if declared is None:
         facts = package_facts(model, inputs, spec, make_model)
         runner, why, load_s, _ = _runner_if_usable(package, facts)
-        t0 = time.perf_counter()
         if runner is not None:
-            try:
-                with torch.no_grad():
-                    for _ in range(AOT_CALLS):
-                        runner(*inputs)
-                        torch.cuda.synchronize()
-            except Exception as e:
-                runner, why = None, f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
-            else:
-                rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
-                           first_ready_s=round(time.perf_counter() - T_START, 3))
+            why = _serve(rep, runner, lambda: inputs, load_s)
+            if not why:
                 return rep
     else:
         facts["inputs"] = input_specs(inputs)
