@@ -95,6 +95,16 @@ def test_sees_exactly_the_gpus_asked_for(device, pytestconfig, is_image, host_sp
                           f"{device.get('error') or 'names: ' + ', '.join(device.get('names', []))}")
 
 
+def test_versions_are_the_expected_ones(device, target, facts):
+    """torch, CUDA, cuDNN, Triton and the arch list as the GPU process reports them, against the target (with
+    smoke --expect overrides): a mismatch fails with both values."""
+    assert device.get("ok"), device.get("error")
+    wrong, compared = verdict.version_mismatches(device, target.expected.as_dict())
+    facts["versions_compared"] = {k: device.get(k) for k in compared}
+    assert compared, "the target gives none of torch, cuda, cudnn, triton, arch_list: pass --expect KEY=VALUE"
+    assert not wrong, "; ".join(wrong)
+
+
 # --- single-GPU checks ------------------------------------------------------------------------------------
 
 def test_cuda_available(smoke):

@@ -40,6 +40,7 @@ class Variant:
     nvidia_pins: dict = field(hash=False, compare=False)
     pythons: tuple[str, ...]
     unconfirmed: bool = False
+    cuda_headers: str | None = None  # the nvcc wheel (name==version) whose crt/ headers a runtime CUDA_HOME takes
 
     @property
     def torch_local_version(self) -> str:
@@ -79,6 +80,7 @@ def variant(torch: str, cuda: str) -> Variant | None:
         nvidia_pins=dict(v["nvidia_pins"]),
         pythons=tuple(rel["python"]),
         unconfirmed=bool(v.get("unconfirmed", False)),
+        cuda_headers=v.get("cuda_headers"),
     )
 
 

@@ -146,3 +146,33 @@ def judge(name: str, res: dict, th: dict) -> dict:
     except (KeyError, TypeError, ZeroDivisionError) as e:  # figures missing: the program is not the one expected
         problems = [f"figures missing or malformed ({type(e).__name__}: {e})"]
     return {**res, "problems": problems, "ok": not problems and res.get("ok", True)}
+
+
+def cudnn_dotted(n: int) -> str:
+    """torch.backends.cudnn.version(): 90501 -> 9.5.1 (major*10000 + minor*100 + patch, cuDNN 9 and later)."""
+    return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+
+
+def version_mismatches(device: dict, expected: dict) -> tuple[list[str], list[str]]:
+    """(what differs, what was compared) between the versions the GPU process reports (the device check: torch,
+    CUDA, cuDNN, Triton, the arch list with its PTX) and the expected ones (target.json with smoke --expect
+    overrides). A field the target does not give is not compared; each mismatch names both values."""
+    wrong, compared = [], []
+
+    def cmp(name: str, want, got) -> None:
+        compared.append(name)
+        if want != got:
+            wrong.append(f"{name}: the image reports {got}, expected {want}")
+
+    for name in ("torch", "cuda", "triton"):
+        if expected.get(name) is not None:
+            cmp(name, str(expected[name]), device.get(name))
+    if expected.get("cudnn") is not None:
+        got = device.get("cudnn")
+        cmp("cudnn", ".".join(str(expected["cudnn"]).split(".")[:3]), cudnn_dotted(got) if isinstance(got, int) else got)
+    if expected.get("arch_list") is not None:
+        arch = device.get("arch_list") or []
+        want = sorted(expected["arch_list"]) + sorted(expected.get("ptx") or [])
+        cmp("arch_list", ",".join(want), ",".join(sorted(a for a in arch if a.startswith("sm_"))
+                                                  + sorted(a for a in arch if a.startswith("compute_"))))
+    return wrong, compared
