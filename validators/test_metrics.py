@@ -14,7 +14,7 @@ from clients import wait_http
 DCGM = {"DCGM_FI_DEV_GPU_UTIL": "gauge", "DCGM_FI_DEV_MEM_COPY_UTIL": "gauge", "DCGM_FI_DEV_GPU_TEMP": "gauge",
         "DCGM_FI_DEV_POWER_USAGE": "gauge", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter", "DCGM_FI_DEV_FB_USED": "gauge",
         "DCGM_FI_DEV_FB_FREE": "gauge", "DCGM_FI_DEV_SM_CLOCK": "gauge", "DCGM_FI_DEV_MEM_CLOCK": "gauge",
-        "DCGM_FI_DEV_XID_ERRORS": "gauge"}
+        "DCGM_FI_DEV_XID_ERRORS": "gauge", "DCGM_FI_DEV_FB_RESERVED": "gauge"}
 LABELS = {"classic": {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"},
           "4.9": {"gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname"}}
 
@@ -98,3 +98,39 @@ def test_gpu_metrics_named_as_dcgm_exporter(image, pytestconfig, gpu, names, fac
     facts.setdefault("gpu_metrics", {})[names] = vals
     assert all(0 <= v <= 100 for v in vals["DCGM_FI_DEV_GPU_UTIL"]), vals["DCGM_FI_DEV_GPU_UTIL"]
     assert all(v > 0 for v in vals["DCGM_FI_DEV_GPU_TEMP"] + vals["DCGM_FI_DEV_POWER_USAGE"]), vals
+
+
+def host_memory_mib() -> list[dict[str, int]]:
+    """Each GPU's framebuffer MiB as the runner's NVML gives it (v2: used without the reserved memory)."""
+    import pynvml as nv
+
+    nv.nvmlInit()
+    try:
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            m = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i), version=nv.nvmlMemory_v2)
+            out.append({k: getattr(m, k) // 2**20 for k in ("total", "reserved", "used", "free")})
+        return out
+    finally:
+        nv.nvmlShutdown()
+
+
+def test_gpu_metrics_memory_as_nvml_reports_it(image, pytestconfig, gpu, facts):
+    """FB_USED is NVML's used memory without the driver's reserved memory (dcgm-exporter's meaning), FB_RESERVED
+    that reserved memory, and used + reserved + free is the GPU's total — against the runner's own NVML."""
+    if not gpu:
+        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
+    with _metrics(image, pytestconfig, gpu) as c:
+        text = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60).text
+        host = host_memory_mib()  # read while the exporter's container is up: the same GPUs, the same moment
+    fams = families(text)
+    got = {n: {s.labels["gpu"]: s.value for s in fams[n].samples}
+           for n in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_FREE")}
+    facts["gpu_metrics_memory"] = {"exporter": got, "nvml": host}
+    slack = 64  # MiB: what another process may allocate between the two reads
+    for i, h in enumerate(host):
+        used, reserved, free = (got[n][str(i)] for n in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_FREE"))
+        assert reserved == h["reserved"], f"GPU {i}: FB_RESERVED {reserved} MiB, NVML reserved {h['reserved']} MiB"
+        assert abs(used - h["used"]) <= slack, f"GPU {i}: FB_USED {used} MiB, NVML used (v2) {h['used']} MiB"
+        assert abs(used + reserved + free - h["total"]) <= 2, (f"GPU {i}: used {used} + reserved {reserved} + free {free} "
+                                                               f"MiB is not the total {h['total']} MiB")

@@ -73,3 +73,34 @@ def test_without_nvml_it_serves_up_0_and_no_gpu(monkeypatch):
 def test_bad_port_is_one_line():
     r = subprocess.run([sys.executable, str(PROG), "--port", "70000"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 64 and r.stderr.count("\n") == 1 and "not in 1-65535" in r.stderr
+
+
+class _Mem:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _NvmlV2:
+    """The two NVML memory calls as a driver with the v2 call answers them (bytes)."""
+
+    nvmlMemory_v2 = 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version == self.nvmlMemory_v2:
+            return _Mem(total=1000 << 20, reserved=615 << 20, used=100 << 20, free=285 << 20)
+        return _Mem(total=1000 << 20, used=715 << 20, free=285 << 20)  # v1: reserved counted as used
+
+
+class _NvmlV1(_NvmlV2):
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version is not None:
+            raise RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")
+        return super().nvmlDeviceGetMemoryInfo(h)
+
+
+def test_fb_used_leaves_out_the_reserved_memory():
+    assert metrics.memory(_NvmlV2(), None) == {"fb_free": 285, "fb_used": 100, "fb_reserved": 615}
+
+
+def test_fb_without_the_v2_call_is_v1s_and_no_reserved_series():
+    assert metrics.memory(_NvmlV1(), None) == {"fb_free": 285, "fb_used": 715}

@@ -86,3 +86,31 @@ def test_the_program_has_no_copy_of_the_bars():
 
     text = (paths.programs() / "gpu_smoke.py").read_text()
     assert "DEFAULTS" not in text and "jiterator_rel_err\": " not in text and "smoke_verdicts.judge" in text
+
+
+DEVICE = {"ok": True, "torch": "2.7.1+cu126", "cuda": "12.6", "cudnn": 90501, "triton": "3.3.1",
+          "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]}
+TARGET = {"torch": "2.7.1+cu126", "cuda": "12.6", "cudnn": "9.5.1.17", "triton": "3.3.1",
+          "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"], "ptx": []}
+
+
+def test_versions_of_the_image_match_its_target():
+    wrong, compared = v.version_mismatches(DEVICE, TARGET)
+    assert wrong == [] and compared == ["torch", "cuda", "triton", "cudnn", "arch_list"]
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("torch", "2.6.0", "torch: the image reports 2.7.1+cu126, expected 2.6.0"),
+    ("cuda", "12.8", "cuda: the image reports 12.6, expected 12.8"),
+    ("cudnn", "9.7.1.26", "cudnn: the image reports 9.5.1, expected 9.7.1"),
+    ("triton", "3.6.0", "triton: the image reports 3.3.1, expected 3.6.0"),
+    ("arch_list", ["sm_90", "sm_100"], "arch_list: the image reports sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90, expected sm_100,sm_90"),
+    ("ptx", ["compute_90"], "expected sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_90,compute_90"),
+])
+def test_each_version_mismatch_names_both_values(key, value, words):
+    wrong, _ = v.version_mismatches(DEVICE, {**TARGET, key: value})
+    assert len(wrong) == 1 and words in wrong[0], wrong
+
+
+def test_a_target_without_versions_compares_nothing():
+    assert v.version_mismatches(DEVICE, {"id": "x"}) == ([], [])
