@@ -74,7 +74,7 @@ start_ssh() {
     fi
     [ -d /run/sshd ] || install -d -m 0755 /run/sshd
     echo "gpuforge: sshd listening on port 22 for ${USER_NAME} (tcp forwarding: ${forwarding})"
-    exec /usr/sbin/sshd -D -e "${opts[@]}" "$@"
+    run_mode /usr/sbin/sshd -D -e "${opts[@]}" "$@"
 }
 
 # HOME for whoever runs: an arbitrary uid (OpenShift: --user 12345:0) has no passwd entry and gets HOME=/;
@@ -151,24 +151,48 @@ start_jupyter() {
         echo "gpuforge: started as root: Jupyter runs as ${USER_NAME} (uid ${uid}) instead; --allow-root is not needed" >&2
         HOME="$(getent passwd "$USER_NAME" | cut -d: -f6)"
         cd "$HOME"
-        exec setpriv --reuid="$uid" --regid="$(id -g "$USER_NAME")" --init-groups --inh-caps=-all --bounding-set=-all \
+        run_mode setpriv --reuid="$uid" --regid="$(id -g "$USER_NAME")" --init-groups --inh-caps=-all --bounding-set=-all \
             /usr/bin/env HOME="$HOME" USER="$USER_NAME" "${cmd[@]}"
     fi
     cd "$HOME"
-    exec "${cmd[@]}"
+    run_mode "${cmd[@]}"
 }
 
 # Warm starts (opt-in, images/programs/warm_start.py): Inductor's and Triton's caches on a volume
 # (GPUFORGE_COMPILE_CACHE=DIR), compile-cache artifacts loaded/saved (GPUFORGE_CACHE_ARTIFACTS=FILE), and a
 # user warm-up (GPUFORGE_WARMUP=module:function) run before the mode starts, an AOTInductor package loaded or built
 # (GPUFORGE_AOT_PACKAGE=FILE of GPUFORGE_AOT_MODEL=module:function). A failed warm-up stops the container.
+# A package that must be built is built after the start is ready: warm_start.py leaves a job file, and the
+# builder runs in the background while the mode runs (AOT_BUILDER; run_mode waits for it before the container ends).
+AOT_BUILDER=""
 warm_start() {
     if [ -n "${GPUFORGE_COMPILE_CACHE:-}" ]; then
         export TORCHINDUCTOR_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/inductor" TRITON_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/triton"
     fi
     if [ -n "${GPUFORGE_WARMUP:-}${GPUFORGE_CACHE_ARTIFACTS:-}${GPUFORGE_AOT_PACKAGE:-}" ]; then
-        /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" >&2
+        local job
+        job="$(mktemp "${TMPDIR:-/tmp}/gpuforge-aot-job.XXXXXX")"
+        GPUFORGE_AOT_BUILD_JOB="$job" /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" >&2
+        if [ -s "$job" ]; then
+            /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" --build-only >&2 &
+            AOT_BUILDER=$!
+        fi
+        rm -f "$job"
     fi
+}
+
+# The mode in place of this shell, as every mode starts; with a package being built in the background, as a child
+# instead, so that the container ends only once the build is done and the package is kept for the next start
+# (tini -g still signals the whole group: docker stop ends the mode and the build).
+run_mode() {
+    if [ -z "$AOT_BUILDER" ]; then exec "$@"; fi
+    local rc=0
+    "$@" || rc=$?
+    if kill -0 "$AOT_BUILDER" 2>/dev/null; then
+        echo "gpuforge: the mode ended; waiting for the AOTInductor package build (pid ${AOT_BUILDER}) before the container ends" >&2
+    fi
+    wait "$AOT_BUILDER" || echo "gpuforge: warning: the AOTInductor package build failed (see above); the next start builds it again" >&2
+    exit "$rc"
 }
 
 mode="${1:-shell}"
@@ -193,11 +217,11 @@ preflight
 warm_start
 metrics_beside
 case "$mode" in
-    shell) exec /bin/bash "$@" ;;
+    shell) run_mode /bin/bash "$@" ;;
     jupyter) start_jupyter "$@" ;;
-    jupyter-command) exec /opt/venv/bin/jupyter "$@" ;;
+    jupyter-command) run_mode /opt/venv/bin/jupyter "$@" ;;
     ssh) start_ssh "$@" ;;
-    metrics) exec "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" "$@" ;;
-    selftest) exec /opt/venv/bin/python "$GPUFORGE_HOME/programs/gpu_smoke.py" "$@" ;;
-    *) exec "$mode" "$@" ;;
+    metrics) run_mode "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" "$@" ;;
+    selftest) run_mode /opt/venv/bin/python "$GPUFORGE_HOME/programs/gpu_smoke.py" "$@" ;;
+    *) run_mode "$mode" "$@" ;;
 esac

@@ -51,9 +51,8 @@ def triton_part(capabilities: list[int]) -> dict:
     sys.path.insert(0, here)
     out: dict = {}
     try:
-        import triton
-
         import smoke_kernels
+        import triton
     except Exception as e:
         return {"ok": False, "error": f"import: {_error(e)}"}
     out["triton"] = triton.__version__

@@ -157,7 +157,6 @@ def check_cudnn_conv() -> dict:
 def check_triton_kernel() -> dict:
     import torch
     import triton
-
     from smoke_kernels import BLOCK, axpy  # its own module: see there why the kernel cannot live in this one
 
     n = 1_000_003

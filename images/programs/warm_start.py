@@ -13,9 +13,15 @@
 
 With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
 model function and a sha256 of its source file, the weights) and whose bytes match the key's sha256 is loaded
-(the C++ AOTIModelPackageLoader) and run 3 times: no tracing, no compile. Otherwise (none yet, stale, torn) the
-first start is served by torch.compile as before, then the package is built (torch.export +
-aoti_compile_and_package) and written atomically, under a lock, for the next start.
+(the C++ AOTIModelPackageLoader) and run 3 times: no tracing, no compile. Its first output is checked against the
+eager output saved when it was built (FILE.ref.pt, on seeded inputs; its sha256 is in the key): a package whose
+output is off is stale. Otherwise (none yet, stale, torn) the start is served by torch.compile as before, and the
+package is built after the start is ready: the entrypoint runs `warm_start.py --build-only` in the background
+while the mode runs (and the container waits for it before it ends); run directly, this program builds it last.
+Written atomically, under a lock, for the next start.
+
+Every start records `first_correct_unix`: the wall-clock time its first compiled output was checked against eager
+(the built-in warm-up compares it too), so a benchmark can time a start from `docker run` to a correct inference.
 
 The weights, two ways. Declared (no model is built to check the key): GPUFORGE_AOT_WEIGHTS names the files they
 are read from, or the model function carries `aot_weights()`, a string that names them (the built-in
@@ -46,12 +52,13 @@ import time
 
 T_START = time.perf_counter()
 SPEC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-AOT_FORMAT = 3  # bump when what the key covers changes: every older package is then rebuilt
+AOT_FORMAT = 4  # bump when what the key covers changes: every older package is then rebuilt (4: the eager reference)
 # a one-off build: a header PCH only costs time; the .so goes into the package (else every load compiles it)
 AOT_BUILD = {"aot_inductor.precompile_headers": False, "aot_inductor.package_cpp_only": False}
 AOT_CALLS = 3
 DTYPE = re.compile(r"^torch\.[a-z][a-z0-9]*$")
 DEVICE = "cuda"  # where a declared start's example inputs are made (the unit tests run on the CPU)
+REF_SEED = 0  # the seed of the inputs a package's output is checked on, at build time and at every start
 
 
 def fail(msg: str, code: int = 64) -> int:
@@ -59,16 +66,26 @@ def fail(msg: str, code: int = 64) -> int:
     return code
 
 
-def resnet50_bs1() -> None:
-    """The built-in warm-up and the perf table's probe: ResNet-50, batch 1, compiled, 3 synced calls."""
+def resnet50_bs1() -> dict:
+    """The built-in warm-up and the perf table's probe: ResNet-50, batch 1, compiled, 3 synced calls; the first
+    compiled output is checked against eager (a start that serves wrong answers is not ready)."""
     import torch
 
     model, (x,) = resnet50_bs1_model()
     f = torch.compile(model)
     with torch.no_grad():
-        for _ in range(3):
+        want = model(x)
+        err = rel_err(f(x), want)
+        torch.cuda.synchronize()
+        first = time.time()
+        for _ in range(2):
             f(x)
             torch.cuda.synchronize()
+    limit = warm_start_limit()
+    if not err < limit:
+        msg = f"the compiled ResNet-50's output is off eager by {err:.2e} (>= {limit})"
+        raise RuntimeError(msg)
+    return {"rel_err": err, "rel_err_limit": limit, "first_correct_unix": first}
 
 
 def resnet50_bs1_model():
@@ -106,6 +123,33 @@ def key_path(package: str) -> str:
     return f"{package}.key.json"
 
 
+def ref_path(package: str) -> str:
+    return f"{package}.ref.pt"
+
+
+def warm_start_limit() -> float:
+    """The bar a start's first output is held to against eager: the compat data's warm_start_rel_err."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from gpu_smoke import smoke_verdicts  # gpu_smoke puts gpuforge.image (the compat data) on the path
+
+    return float(smoke_verdicts.default_thresholds()["warm_start_rel_err"])
+
+
+def rel_err(got, want) -> float:
+    """|got - want| / |want| over every tensor of two outputs of the same structure, in float64."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    g, w = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(g) != len(w):
+        return float("inf")
+    num = sum(float((a.double().cpu() - b.double().cpu()).norm() ** 2) for a, b in zip(g, w, strict=True)
+              if isinstance(b, torch.Tensor))
+    den = sum(float(b.double().cpu().norm() ** 2) for b in w if isinstance(b, torch.Tensor))
+    return (num ** 0.5) / max(den ** 0.5, 1e-30)
+
+
 def file_sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -136,6 +180,9 @@ def package_usable(package: str, facts: dict) -> tuple[bool, str]:
         return False, f"{package} is missing"
     if file_sha256(package) != digest:
         return False, f"{package} is not the file its key names (sha256 differs)"
+    ref = ref_path(package)
+    if not os.path.exists(ref) or file_sha256(ref) != side.get("ref_sha256"):
+        return False, f"{ref} is missing or not the file its key names"
     return True, ""
 
 
@@ -153,19 +200,21 @@ def locked(package: str, exclusive: bool):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def publish_package(package: str, built: str, facts: dict) -> None:
-    """Move a freshly built package into place with its key file: each written whole (os.replace), the pair
-    under the lock, the key last, so a reader sees an old pair, a new pair, or a key that names other bytes.
-    The key is a checksum, not a signature: whoever may write the volume may run code in the container."""
-    digest = file_sha256(built)
+def publish_package(package: str, built: str, facts: dict, ref: str) -> None:
+    """Move a freshly built package and its eager reference into place with their key file: each written whole
+    (os.replace), all under the lock, the key last, so a reader sees an old set, a new set, or a key that names
+    other bytes. The key is a checksum, not a signature: whoever may write the volume may run code in the container."""
+    digest, ref_digest = file_sha256(built), file_sha256(ref)
     fd, tmp = tempfile.mkstemp(prefix=".key.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(package)))
     os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the key from the next container's other uid
     with os.fdopen(fd, "w") as f:
-        json.dump({"key": package_key(facts), "facts": facts, "sha256": digest}, f, indent=1, sort_keys=True)
+        json.dump({"key": package_key(facts), "facts": facts, "sha256": digest, "ref_sha256": ref_digest}, f, indent=1,
+                  sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     with locked(package, exclusive=True):
         os.replace(built, package)
+        os.replace(ref, ref_path(package))
         os.replace(tmp, key_path(package))
 
 
@@ -338,6 +387,7 @@ def example_inputs(specs: list) -> list:
     """Tensors of the shapes and dtypes a package was built for, on the GPU (for a declared start's calls)."""
     import torch
 
+    torch.manual_seed(REF_SEED)  # the same inputs at build time and at every start: the reference's inputs
     out = []
     for shape, dtype in specs:
         dt = getattr(torch, dtype.removeprefix("torch."), None)
@@ -364,7 +414,11 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
             ep = torch.export.export(model, tuple(inputs))
         torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
         contents = package_contents(built)
-        publish_package(package, built, facts)
+        ref = os.path.join(work, "ref.pt")
+        with torch.no_grad():  # the eager output every start's first call is checked against
+            out = model(*example_inputs(input_specs(inputs)))
+        torch.save({"output": [t.cpu() for t in pytree_leaves(out)]}, ref)
+        publish_package(package, built, facts, ref)
     finally:
         import shutil
 
@@ -373,32 +427,58 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
             "aot_package_contents": contents}
 
 
+def pytree_leaves(out) -> list:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
 def resolve(spec: str):
     mod, _, name = spec.partition(":")
     return getattr(importlib.import_module(mod), name)
 
 
-def _serve(rep: dict, runner, make_inputs, load_s: float) -> str:
-    """Run a loaded package AOT_CALLS times (synced) and record the start in rep; "" when served, else why not:
-    a package that will not run is stale — this start then compiles, and the package is rebuilt."""
+def _serve(rep: dict, runner, package: str, specs: list, load_s: float) -> str:
+    """Run a loaded package AOT_CALLS times (synced) on the reference's seeded inputs, its first output checked
+    against the eager one saved at build time, and record the start in rep; "" when served, else why not: a
+    package that will not run, or answers wrong, is stale — this start then compiles, and the package is rebuilt."""
     import torch
 
     t0 = time.perf_counter()
     try:
-        inputs = make_inputs()
+        inputs = example_inputs(specs)
+        want = torch.load(ref_path(package), map_location="cpu", weights_only=True)["output"]
         with torch.no_grad():
-            for _ in range(AOT_CALLS):
+            err = rel_err(pytree_leaves(runner(*inputs)), want)
+            torch.cuda.synchronize()
+            first = time.time()
+            for _ in range(AOT_CALLS - 1):
                 runner(*inputs)
                 torch.cuda.synchronize()
     except Exception as e:
         return f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
+    limit = warm_start_limit()
+    if not err < limit:
+        return f"its output is off the eager reference by {err:.2e} (>= {limit})"
     rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
+               rel_err=err, rel_err_limit=limit, first_correct_unix=first,
                first_ready_s=round(time.perf_counter() - T_START, 3))
     return ""
 
 
-def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
-    """Load and run the package when it fits, else serve this start by torch.compile and build it.
+def _facts_and_model(make_model, spec: str):
+    """(facts, model, inputs) of the package this model needs: declared weights or fingerprinted."""
+    model, inputs = make_model()
+    declared = declared_weights(make_model)
+    if declared is not None:
+        return {**base_facts(spec, make_model), "weights": declared, "inputs": input_specs(inputs)}, model, inputs
+    return package_facts(model, inputs, spec, make_model), model, inputs
+
+
+def aot_start(package: str, make_model, spec: str, have_warmup: bool, job: str | None = None) -> dict:
+    """Load and run the package when it fits, else serve this start by torch.compile and build it: with `job`
+    (the entrypoint's), the build is left to `--build-only` in the background, after the start is ready.
     Declared weights: the key is checked and the package run without building the model at all."""
     import torch
 
@@ -410,10 +490,9 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
         runner, why, load_s, specs = _runner_if_usable(package, facts, stored_inputs=True)
         rep["aot_key_s"] = round(time.perf_counter() - t0 - load_s, 3)
         if runner is not None:
-            why = _serve(rep, runner, lambda: example_inputs(specs), load_s)
+            why = _serve(rep, runner, package, specs, load_s)
             if not why:
                 return rep
-        facts["inputs"] = None  # set from the model below
     t1 = time.perf_counter()
     model, inputs = make_model()
     rep["aot_model_s"] = round(time.perf_counter() - t1, 3)
@@ -421,29 +500,70 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool) -> dict:
         facts = package_facts(model, inputs, spec, make_model)
         runner, why, load_s, _ = _runner_if_usable(package, facts)
         if runner is not None:
-            why = _serve(rep, runner, lambda: inputs, load_s)
+            why = _serve(rep, runner, package, input_specs(inputs), load_s)
             if not why:
                 return rep
     else:
         facts["inputs"] = input_specs(inputs)
     t0 = time.perf_counter()
-    rep["aot"] = f"built ({why})"
-    print(f"gpuforge: AOTInductor package {package}: {why}; building it after this start", file=sys.stderr)
-    if not have_warmup:  # this start is served the way it was before packages: torch.compile
+    if not have_warmup:  # this start is served the way it was before packages: torch.compile, checked
         f = torch.compile(model)
         with torch.no_grad():
-            for _ in range(AOT_CALLS):
+            want = model(*inputs)
+            err = rel_err(f(*inputs), want)
+            torch.cuda.synchronize()
+            rep.update(rel_err=err, first_correct_unix=time.time())
+            for _ in range(AOT_CALLS - 1):
                 f(*inputs)
                 torch.cuda.synchronize()
         rep["compile_calls_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)
+    if job:
+        rep["aot"] = f"building in the background ({why})"
+        with open(job, "w") as f:
+            json.dump({"package": package, "why": why}, f)
+        print(f"gpuforge: AOTInductor package {package}: {why}; this start is served by torch.compile, the package "
+              "is built in the background while the mode runs (the next start loads it)", file=sys.stderr)
+        return rep
+    rep["aot"] = f"built ({why})"
+    print(f"gpuforge: AOTInductor package {package}: {why}; building it after this start", file=sys.stderr)
+    return {**rep, **_build_logged(package, model, inputs, facts)}
+
+
+def _build_logged(package: str, model, inputs, facts: dict) -> dict:
     try:
-        rep.update(build_package(package, model, inputs, facts))
-    except Exception as e:  # this start is served; a package that cannot be built must not stop the container
-        rep["aot_build_error"] = f"{type(e).__name__}: {str(e)[-500:]}"
-        print(f"gpuforge: warning: could not build AOTInductor package {package}: {rep['aot_build_error']}",
-              file=sys.stderr)
-    return rep
+        return build_package(package, model, inputs, facts)
+    except Exception as e:  # the start is served; a package that cannot be built must not stop the container
+        err = f"{type(e).__name__}: {str(e)[-500:]}"
+        print(f"gpuforge: warning: could not build AOTInductor package {package}: {err}", file=sys.stderr)
+        return {"aot_build_error": err}
+
+
+def build_only(package: str, make_model, spec: str) -> int:
+    """The background build (`--build-only`): one builder per package at a time (a second finds the build lock
+    held and leaves it), the model made again here, the package built only if still needed. One line on stderr."""
+    import fcntl
+
+    fd = os.open(f"{package}.build.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"gpuforge: AOTInductor package {package}: another start is building it", file=sys.stderr)
+            return 0
+        t0 = time.perf_counter()
+        facts, model, inputs = _facts_and_model(make_model, spec)
+        with locked(package, exclusive=False):
+            ok, _ = package_usable(package, facts)
+        if ok:
+            print(f"gpuforge: AOTInductor package {package}: already built by another start", file=sys.stderr)
+            return 0
+        rep = _build_logged(package, model, inputs, facts)
+    if "aot_build_error" in rep:
+        return 1
+    print(f"gpuforge: AOTInductor package {package}: built in the background in {time.perf_counter() - t0:.1f} s "
+          f"({rep['aot_package_bytes']} bytes); the next start loads it", file=sys.stderr)
+    return 0
 
 
 def _counters() -> dict:
@@ -460,7 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--artifacts", default=os.environ.get("GPUFORGE_CACHE_ARTIFACTS"), help="cache artifacts file")
     ap.add_argument("--aot-package", default=os.environ.get("GPUFORGE_AOT_PACKAGE"), help="AOTInductor package file")
     ap.add_argument("--aot-model", default=os.environ.get("GPUFORGE_AOT_MODEL"), help="module:function")
+    ap.add_argument("--build-only", action="store_true", help="build the AOTInductor package if needed (background)")
     args = ap.parse_args(argv)
+    job = os.environ.get("GPUFORGE_AOT_BUILD_JOB") or None  # set by the entrypoint: build in the background
     if args.warmup and not SPEC.match(args.warmup):
         return fail(f"GPUFORGE_WARMUP={args.warmup!r}: use module:function (e.g. myapp.serve:warmup)")
     if args.aot_package:
@@ -476,6 +598,14 @@ def main(argv: list[str] | None = None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)  # the built-in warm-ups (warm_start:resnet50_bs1)
     sys.path.insert(0, os.getcwd())
+    if args.build_only:
+        if not args.aot_package:
+            return fail("--build-only needs GPUFORGE_AOT_PACKAGE and GPUFORGE_AOT_MODEL")
+        try:
+            make_model = resolve(args.aot_model)
+        except (ImportError, AttributeError) as e:
+            return fail(f"{type(e).__name__}: {e} (GPUFORGE_AOT_MODEL={args.aot_model!r})")
+        return build_only(args.aot_package, make_model, args.aot_model)
     rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts, "aot_package": args.aot_package}
     import torch
 
@@ -499,16 +629,18 @@ def main(argv: list[str] | None = None) -> int:
     if fn is not None:
         t0 = time.perf_counter()
         try:
-            fn()
+            got = fn()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         except Exception as e:
             return fail(f"warm-up {args.warmup} failed: {type(e).__name__}: {e}", 1)
+        if isinstance(got, dict):  # what the warm-up measured (the built-in one: its check against eager)
+            rep.update({k: v for k, v in got.items() if isinstance(v, int | float | str)})
         rep["warmup_s"] = round(time.perf_counter() - t0, 3)
         rep["first_ready_s"] = round(time.perf_counter() - T_START, 3)  # process start to warmed up
     if args.aot_package:
         try:
-            aot = aot_start(args.aot_package, make_model, args.aot_model, have_warmup=fn is not None)
+            aot = aot_start(args.aot_package, make_model, args.aot_model, have_warmup=fn is not None, job=job)
         except Exception as e:
             return fail(f"AOTInductor package {args.aot_package}: {type(e).__name__}: {str(e)[-500:]}", 1)
         if fn is not None:

@@ -14,7 +14,7 @@ import pytest
 from gpuforge import paths
 
 sys.path.insert(0, str(paths.project_root() / "images" / "context"))
-import cuda_home  # noqa: E402
+import cuda_home
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (the image build has it)")
 

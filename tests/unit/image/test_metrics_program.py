@@ -94,7 +94,8 @@ class _NvmlV2:
 class _NvmlV1(_NvmlV2):
     def nvmlDeviceGetMemoryInfo(self, h, version=None):
         if version is not None:
-            raise RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")
+            msg = "NVML_ERROR_FUNCTION_NOT_FOUND"
+            raise RuntimeError(msg)
         return super().nvmlDeviceGetMemoryInfo(h)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -54,10 +55,16 @@ def _built(tmp_path, content=b"PT2 package bytes"):
     return str(built)
 
 
+def _ref(tmp_path, name="ref.pt", content=b"eager reference"):
+    ref = tmp_path / name
+    ref.write_bytes(content)
+    return str(ref)
+
+
 def test_a_published_package_is_usable_for_the_same_facts_only(ws, tmp_path):
     pkg = str(tmp_path / "model.pt2")
     assert ws.package_usable(pkg, FACTS) == (False, "no package yet")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     assert ws.package_usable(pkg, FACTS) == (True, "")
     assert not (tmp_path / "build.pt2").exists()  # moved into place, not copied
     ok, why = ws.package_usable(pkg, {**FACTS, "torch": "2.12.0", "capability": "10.0"})
@@ -68,7 +75,7 @@ def test_a_published_package_is_usable_for_the_same_facts_only(ws, tmp_path):
 
 def test_a_package_that_is_not_the_file_its_key_names_is_rebuilt(ws, tmp_path):
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     (tmp_path / "model.pt2").write_bytes(b"another container's package")  # e.g. written by a different GPU
     ok, why = ws.package_usable(pkg, FACTS)
     assert not ok and "sha256 differs" in why
@@ -76,10 +83,22 @@ def test_a_package_that_is_not_the_file_its_key_names_is_rebuilt(ws, tmp_path):
     assert ws.package_usable(pkg, FACTS) == (False, f"{pkg} is missing")
 
 
+def test_a_package_whose_eager_reference_is_gone_or_swapped_is_rebuilt(ws, tmp_path):
+    """The reference its first output is checked against is part of what the key names."""
+    pkg = str(tmp_path / "model.pt2")
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
+    assert ws.package_usable(pkg, FACTS) == (True, "")
+    (tmp_path / "model.pt2.ref.pt").write_bytes(b"a reference that makes any output look right")
+    ok, why = ws.package_usable(pkg, FACTS)
+    assert not ok and "ref.pt is missing or not the file its key names" in why
+    (tmp_path / "model.pt2.ref.pt").unlink()
+    assert not ws.package_usable(pkg, FACTS)[0]
+
+
 @pytest.mark.parametrize("text", ["{not json", "[]", '{"key": "x"}', '{"key": "x", "facts": [], "sha256": "y"}'])
 def test_an_unreadable_key_file_means_rebuild(ws, tmp_path, text):
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     (tmp_path / "model.pt2.key.json").write_text(text)
     ok, why = ws.package_usable(pkg, FACTS)
     assert not ok and "unreadable" in why
@@ -88,7 +107,7 @@ def test_an_unreadable_key_file_means_rebuild(ws, tmp_path, text):
 def test_a_forged_key_with_other_facts_is_stale(ws, tmp_path):
     """A key file whose key does not hash its own facts (edited by hand) is not trusted."""
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), {**FACTS, "torch": "2.10.0"})
+    ws.publish_package(pkg, _built(tmp_path), {**FACTS, "torch": "2.10.0"}, _ref(tmp_path))
     side = json.loads((tmp_path / "model.pt2.key.json").read_text())
     side["key"] = ws.package_key(FACTS)  # claims to be for this torch, facts still say 2.10
     (tmp_path / "model.pt2.key.json").write_text(json.dumps(side))
@@ -98,7 +117,7 @@ def test_a_forged_key_with_other_facts_is_stale(ws, tmp_path):
 
 def test_a_new_key_format_rebuilds_every_package(ws, tmp_path, monkeypatch):
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     monkeypatch.setattr(ws, "AOT_FORMAT", ws.AOT_FORMAT + 1)
     assert ws.package_usable(pkg, FACTS) == (False, "stale: made for other key format")
 
@@ -115,7 +134,8 @@ def test_concurrent_publishers_leave_a_consistent_pair(ws, tmp_path):
     for i, facts in enumerate([FACTS, other] * 4):
         built = tmp_path / f"b{i}.pt2"
         built.write_bytes(f"package for {facts['gpu']} #{i}".encode() * 1000)
-        procs.append(ctx.Process(target=ws.publish_package, args=(pkg, str(built), facts)))
+        ref = _ref(tmp_path, f"r{i}.pt", f"reference for {facts['gpu']} #{i}".encode())
+        procs.append(ctx.Process(target=ws.publish_package, args=(pkg, str(built), facts, ref)))
     for p in procs:
         p.start()
     for p in procs:
@@ -190,14 +210,14 @@ def test_the_model_functions_source_is_in_the_key(ws, tmp_path, monkeypatch):
 def test_built_inputs_come_from_the_hashed_facts_or_not_at_all(ws, tmp_path, inputs, want):
     pkg = str(tmp_path / "model.pt2")
     facts = {k: v for k, v in FACTS.items() if k != "inputs"} | ({"inputs": inputs} if inputs is not None else {})
-    ws.publish_package(pkg, _built(tmp_path), facts)
+    ws.publish_package(pkg, _built(tmp_path), facts, _ref(tmp_path))
     assert ws.built_inputs(pkg) == want
 
 
 def test_edited_inputs_make_the_key_stale(ws, tmp_path):
     """The inputs a declared start runs are in the facts the key hashes: editing them by hand is refused."""
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     side = json.loads((tmp_path / "model.pt2.key.json").read_text())
     side["facts"]["inputs"] = [[[1 << 30, 3], "torch.float32"]]
     (tmp_path / "model.pt2.key.json").write_text(json.dumps(side))
@@ -245,6 +265,11 @@ class _FakeTorch:
         self.compiled += 1
         return model
 
+    def load(self, path, map_location=None, weights_only=False):
+        assert weights_only and map_location == "cpu"  # a reference on a volume is never unpickled as code
+        with open(path, "rb") as f:
+            return {"output": f.read()}
+
 
 @pytest.fixture()
 def fake(ws, monkeypatch):
@@ -253,21 +278,26 @@ def fake(ws, monkeypatch):
     monkeypatch.setattr(ws, "base_facts", lambda spec, make_model=None: {"gpu": "X", "model": spec})
     monkeypatch.setattr(ws, "input_specs", lambda inputs: [[[2, 4], "torch.float32"]])
     monkeypatch.setattr(ws, "example_inputs", lambda specs: ["x"])
+    monkeypatch.setattr(ws, "pytree_leaves", lambda out: out)
+    monkeypatch.setattr(ws, "warm_start_limit", lambda: 1e-2)
+    t.errors = []  # what rel_err answers next (default 0.0: the package's output is the reference's)
+    monkeypatch.setattr(ws, "rel_err", lambda got, want: t.errors.pop(0) if t.errors else 0.0)
     built = []
 
     def build(package, model, inputs, facts):
         pathlib_built = _built_dir(package)
-        ws.publish_package(package, pathlib_built, facts)
+        ref = os.path.join(os.path.dirname(package), "fresh.ref")
+        with open(ref, "wb") as f:
+            f.write(b"eager output")
+        ws.publish_package(package, pathlib_built, facts, ref)
         built.append(facts)
-        return {"aot_build_s": 0.0}
+        return {"aot_build_s": 0.0, "aot_package_bytes": 13}
     monkeypatch.setattr(ws, "build_package", build)
     t.built = built
     return t
 
 
 def _built_dir(package):
-    import os
-
     path = os.path.join(os.path.dirname(package), "fresh.pt2")
     with open(path, "wb") as f:
         f.write(b"package bytes")
@@ -328,6 +358,32 @@ def test_changed_declared_weights_rebuild(ws, fake, tmp_path, monkeypatch):
 
 def test_the_key_file_is_readable_by_the_next_containers_user(ws, tmp_path):
     pkg = str(tmp_path / "model.pt2")
-    ws.publish_package(pkg, _built(tmp_path), FACTS)
+    ws.publish_package(pkg, _built(tmp_path), FACTS, _ref(tmp_path))
     assert (tmp_path / "model.pt2.key.json").stat().st_mode & 0o777 == 0o644
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".key.")]  # no temp left behind
+
+
+def test_a_package_whose_output_is_off_eager_is_stale_and_rebuilt(ws, fake, tmp_path, monkeypatch):
+    _make.calls = 0
+    _make.aot_weights = lambda: "v1"
+    pkg = str(tmp_path / "m.pt2")
+    ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    monkeypatch.setattr(ws, "open_package", lambda p: lambda *a: "wrong answer")
+    fake.errors = [0.9]  # the loaded package's first output, against the reference
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)
+    assert got["aot"] == "built (its output is off the eager reference by 9.00e-01 (>= 0.01))" and fake.compiled == 2
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False)  # rebuilt: the next start loads and checks it
+    assert got["aot"] == "loaded" and got["rel_err"] == 0.0 and got["first_correct_unix"] > 0
+
+
+def test_with_the_entrypoints_job_file_the_build_is_left_to_the_background(ws, fake, tmp_path, monkeypatch):
+    _make.calls = 0
+    _make.aot_weights = lambda: "v1"
+    pkg, job = str(tmp_path / "m.pt2"), str(tmp_path / "job.json")
+    got = ws.aot_start(pkg, _make, "mod:make", have_warmup=False, job=job)
+    assert got["aot"] == "building in the background (no package yet)" and fake.built == []  # served, not built
+    assert got["first_ready_s"] > 0 and json.loads(open(job).read()) == {"package": pkg, "why": "no package yet"}
+    assert ws.build_only(pkg, _make, "mod:make") == 0 and len(fake.built) == 1  # what the entrypoint runs next
+    assert ws.build_only(pkg, _make, "mod:make") == 0 and len(fake.built) == 1  # already built: not again
+    monkeypatch.setattr(ws, "open_package", lambda p: lambda *a: "output")
+    assert ws.aot_start(pkg, _make, "mod:make", have_warmup=False, job=job)["aot"] == "loaded"

@@ -1,0 +1,382 @@
+"""Carry the shipped image to the GPU machine and measure it there, in a container gpuforge starts.
+
+The GPU machine has no registry, no network and no Docker, takes at most ~64 MiB of files per command, and keeps
+/tmp only while it stays warm (a machine idle ~30 s is given back). So the image travels as its root filesystem in
+checked parts, one part per command, back to back (../shared/recipes/real-image-gpu/ is where this started):
+
+  here:   python3 tools/gpu_carry.py parts IMAGE          # .carry/: zstd parts of `docker export`, sha256s, config
+  there:  python3 tools/gpu_carry.py setup                # carried Docker 26.1.5 with CDI      (carry .device .whl)
+          python3 tools/gpu_carry.py part NN              # one per part, back to back     (carry .carry/pNN .carry/meta)
+          python3 tools/gpu_carry.py import               # join, check, `docker import` with IMAGE's config (carry .carry/meta .carry/zstd)
+          python3 tools/gpu_carry.py measure [STEP ...]   # smoke, selftest, expect, metrics, warm, perf   (carry .whl)
+
+Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each step prints its wall seconds; `measure` writes its raw files under $OUT
+(at most 8 come back: one tar) and a summary JSON. docs/contributing.md gives the timings and the call sequence.
+Bad input: one line, exit 64; a step that fails: exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CARRY = ROOT / ".carry"
+META = CARRY / "meta"  # parts.sha256 and manifest.json: a few kB, carried with every call
+ZSTD = CARRY / "zstd"  # the zstd binary and its libraries (the GPU machine has none): carried with the import
+PART_BYTES = 58 << 20  # one part, the working tree (~3 MB) and meta/ stay under the 64 MiB a call may carry
+STATE = Path("/tmp/gpuforge-carry")  # there: the parts, kept between calls while the machine stays warm
+ENGINE = Path("/tmp/dk")
+IMAGE_NAME = "gpuforge-shipped:carried"
+CDI_SPEC = """cdiVersion: "0.6.0"
+kind: nvidia.com/gpu
+devices:
+  - name: "0"
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0}]
+  - name: all
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0}]
+containerEdits:
+  deviceNodes: [{path: /dev/nvidiactl}, {path: /dev/nvidia-uvm}, {path: /dev/nvidia-uvm-tools}]
+  mounts:
+    - {hostPath: /usr/local/nvidia, containerPath: /usr/local/nvidia, options: [ro, nosuid, nodev, bind]}
+  env: [LD_LIBRARY_PATH=/usr/local/nvidia/lib64, NVIDIA_VISIBLE_DEVICES=void]
+"""
+
+
+class Fail(Exception):
+    pass
+
+
+def say(msg: str) -> None:
+    print(f"gpu_carry: {msg}", flush=True)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sh(cmd: list[str] | str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=isinstance(cmd, str), check=False, text=True, **kw)
+
+
+# --- here ---------------------------------------------------------------------------------------------------------
+
+def import_changes(config: dict) -> list[str]:
+    """`docker import --change` instructions that give the imported root filesystem the image's own config."""
+    ch = [f"ENV {e}" for e in config.get("Env") or []]
+    if config.get("Entrypoint"):
+        ch.append("ENTRYPOINT " + json.dumps(config["Entrypoint"]))
+    if config.get("Cmd"):
+        ch.append("CMD " + json.dumps(config["Cmd"]))
+    if config.get("User"):
+        ch.append("USER " + config["User"])
+    if config.get("WorkingDir"):
+        ch.append("WORKDIR " + config["WorkingDir"])
+    ch += [f"EXPOSE {p}" for p in config.get("ExposedPorts") or {}]
+    ch += [f"LABEL {k}={json.dumps(v)}" for k, v in (config.get("Labels") or {}).items()]
+    return ch
+
+
+def parts(image: str) -> int:
+    if shutil.which("zstd") is None or shutil.which("docker") is None:
+        msg = "parts needs docker and zstd here"
+        raise Fail(msg)
+    info = json.loads(sh(["docker", "image", "inspect", image], capture_output=True).stdout or "[]")
+    if not info:
+        msg = f"{image}: no such image here (build it: gpuforge build)"
+        raise Fail(msg)
+    shutil.rmtree(CARRY, ignore_errors=True)
+    META.mkdir(parents=True)
+    ZSTD.mkdir()
+    t0 = time.perf_counter()
+    cid = sh(["docker", "create", image, "true"], capture_output=True).stdout.strip()
+    whole = CARRY / "rootfs.tar.zst"
+    try:
+        r = sh(f"docker export {shlex.quote(cid)} | zstd -T0 -9 --long=27 -q -o {shlex.quote(str(whole))}")
+    finally:
+        sh(["docker", "rm", "-f", cid], capture_output=True)
+    if r.returncode != 0:
+        msg = "docker export | zstd failed"
+        raise Fail(msg)
+    export_s = time.perf_counter() - t0
+    names = []
+    with open(whole, "rb") as f:
+        for n in range(100):
+            chunk = f.read(PART_BYTES)
+            if not chunk:
+                break
+            (CARRY / f"p{n:02d}").write_bytes(chunk)
+            names.append(f"p{n:02d}")
+    (META / "parts.sha256").write_text("".join(f"{sha256(CARRY / p)}  {p}\n" for p in names))
+    manifest = {"image": image, "image_id": info[0]["Id"], "labels": info[0]["Config"].get("Labels") or {},
+                "image_bytes": info[0]["Size"], "whole_sha256": sha256(whole), "whole_bytes": whole.stat().st_size,
+                "parts": len(names), "export_zstd_s": round(export_s, 1),
+                "changes": import_changes(info[0]["Config"])}
+    whole.unlink()
+    (META / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    zstd = Path(shutil.which("zstd")).resolve()
+    shutil.copy2(zstd, ZSTD / "zstd")
+    for line in sh(["ldd", str(zstd)], capture_output=True).stdout.splitlines():
+        lib = line.split("=>")[-1].split("(")[0].strip()
+        if "=>" in line and lib and "libc.so" not in lib:
+            shutil.copy2(lib, ZSTD)
+    say(f"{image} ({manifest['image_id'][:19]}): {manifest['whole_bytes'] >> 20} MiB zstd in {len(names)} parts under "
+        f"{CARRY}, export + zstd {export_s:.0f} s")
+    return 0
+
+
+# --- there --------------------------------------------------------------------------------------------------------
+
+def engine_env() -> dict:
+    return {**os.environ, "PATH": f"{ENGINE}/usr/sbin:{ENGINE}/usr/bin:{os.environ['PATH']}"}
+
+
+def setup() -> int:
+    """The carried Docker 26.1.5 (.device/engine26.tar.xz) with CDI, started in a session of its own (it outlives the
+    command), and gpuforge's wheels (.whl) installed under /tmp/site."""
+    t0 = time.perf_counter()
+    if not (ENGINE / "usr/bin/dockerd").exists():
+        tarball = ROOT / ".device/engine26.tar.xz"
+        if not tarball.exists():
+            msg = "carry .device (engine26.tar.xz) with setup"
+            raise Fail(msg)
+        ENGINE.mkdir(parents=True, exist_ok=True)
+        sh(["tar", "-C", str(ENGINE), "-xJf", str(tarball)], check=True)
+    Path("/etc/ld.so.conf.d/zz-dk.conf").write_text(f"{ENGINE}/lib/x86_64-linux-gnu\n")
+    sh(["ldconfig"])
+    Path("/etc/docker").mkdir(exist_ok=True)
+    Path("/etc/docker/daemon.json").write_text('{"features": {"cdi": true}}\n')
+    Path("/etc/cdi").mkdir(exist_ok=True)
+    Path("/etc/cdi/nvidia.yaml").write_text(CDI_SPEC)  # what `nvidia-ctk cdi generate` describes for this host
+    env = engine_env()
+    if sh(["docker", "info"], env=env, capture_output=True).returncode != 0:
+        with open("/tmp/dockerd.log", "ab") as log:
+            subprocess.Popen(["dockerd", "--iptables=false", "--bridge=none"], env=env, stdout=log, stderr=log,
+                             start_new_session=True)
+    for _ in range(60):
+        if sh(["docker", "info"], env=env, capture_output=True).returncode == 0:
+            break
+        time.sleep(0.5)
+    else:
+        raise Fail("dockerd did not answer: " + Path("/tmp/dockerd.log").read_text()[-1500:])
+    wheels = sorted(str(p) for p in (ROOT / ".whl").glob("*.whl"))
+    if wheels:
+        sh([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
+            "--target", "/tmp/site", *wheels], check=True)
+    STATE.mkdir(parents=True, exist_ok=True)
+    v = sh(["docker", "version", "--format", "{{.Server.Version}}"], env=env, capture_output=True).stdout.strip()
+    say(f"setup: engine {v} with CDI, {len(wheels)} wheels, {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def part(n: str) -> int:
+    t0 = time.perf_counter()
+    if not (len(n) == 2 and n.isdigit()):
+        msg = f"part {n!r}: give the part number as two digits (00, 01, ...)"
+        raise Fail(msg)
+    src, sums = CARRY / f"p{n}", META / "parts.sha256"
+    if not src.exists() or not sums.exists():
+        msg = f"carry .carry/p{n} and .carry/meta with this call"
+        raise Fail(msg)
+    want = {line.split()[1]: line.split()[0] for line in sums.read_text().splitlines()}
+    STATE.mkdir(parents=True, exist_ok=True)
+    dest = STATE / f"p{n}"
+    shutil.copyfile(src, dest)
+    if sha256(dest) != want.get(f"p{n}"):
+        dest.unlink()
+        msg = f"p{n}: sha256 differs from parts.sha256 (a torn transfer): carry it again"
+        raise Fail(msg)
+    have = sorted(p.name for p in STATE.glob("p??"))
+    say(f"p{n} ok: {len(have)} of {len(want)} parts here, {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def import_image() -> int:
+    t0 = time.perf_counter()
+    m = json.loads((META / "manifest.json").read_text())
+    have = sorted(STATE.glob("p??"))
+    if len(have) != m["parts"]:
+        missing = sorted({f"p{i:02d}" for i in range(m["parts"])} - {p.name for p in have})
+        msg = f"have {len(have)} of {m['parts']} parts; missing {', '.join(missing)} (the machine was given back?)"
+        raise Fail(msg)
+    h = hashlib.sha256()
+    for p in have:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 22), b""):
+                h.update(chunk)
+    if h.hexdigest() != m["whole_sha256"]:
+        msg = "the joined parts differ from the exported file's sha256"
+        raise Fail(msg)
+    env = {**engine_env(), "LD_LIBRARY_PATH": str(ZSTD)}
+    changes = " ".join(f"--change {shlex.quote(c)}" for c in m["changes"])
+    cat = " ".join(shlex.quote(str(p)) for p in have)
+    r = sh(f"cat {cat} | {shlex.quote(str(ZSTD / 'zstd'))} -dc --long=27 | docker import {changes} - {IMAGE_NAME}",
+           env=env)
+    if r.returncode != 0:
+        msg = "docker import failed"
+        raise Fail(msg)
+    for p in have:
+        p.unlink()  # the imported image holds it now: free the disk for the runs
+    size = sh(["docker", "image", "inspect", "-f", "{{.Size}}", IMAGE_NAME], env=engine_env(), capture_output=True).stdout
+    say(f"imported {m['image']} ({m['image_id'][:19]}) as {IMAGE_NAME}: {int(size) >> 20} MiB, "
+        f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+# --- measurements there, each in a container gpuforge (or the benchmark) starts ----------------------------------
+
+def _target_json(out: Path) -> Path:
+    """The expected versions: the carried image's own labels are only what it claims, so they come from the
+    checkout's rendered target of the image's id (what the host toolkit expects)."""
+    m = json.loads((META / "manifest.json").read_text())
+    tid = m["labels"].get("io.gpuforge.target")
+    path = ROOT / "images" / "dist" / str(tid) / "target.json"
+    if not path.exists():
+        msg = f"the carried image is target {tid!r}, which this checkout does not render"
+        raise Fail(msg)
+    shutil.copy2(path, out / "target.json")
+    return path
+
+
+def _timed(out: Path, name: str, cmd: list[str], timeout: int = 580) -> dict:
+    t0 = time.perf_counter()
+    env = {**engine_env(), "PYTHONPATH": f"/tmp/site:{ROOT}", "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
+    wall = round(time.perf_counter() - t0, 1)
+    (out / f"{name}.log").write_text(f"$ {shlex.join(cmd)}\n{r.stdout}\n--- stderr\n{r.stderr}\nrc={r.returncode} wall_s={wall}\n")
+    say(f"{name}: rc={r.returncode} in {wall} s")
+    return {"rc": r.returncode, "wall_s": wall}
+
+
+GPU = ["--gpu-request", "cdi"]
+G = [sys.executable, "-m", "gpuforge"]
+
+
+def step_smoke(out: Path) -> dict:
+    tj = _target_json(out)
+    res = _timed(out, "smoke", [*G, "smoke", "--image", IMAGE_NAME, *GPU, "--target-json", str(tj), "--reports",
+                                str(out / "reports")])
+    rep = next((out / "reports" / "smoke").glob("*.json"), None)
+    if rep:
+        data = json.loads(rep.read_text())
+        res["outcomes"] = {o: sum(1 for c in data["checks"] if c["outcome"] == o) for o in ("passed", "failed", "skipped")}
+        res["seconds"] = data.get("facts", {}).get("gpu_smoke_seconds")
+    return res
+
+
+def step_selftest(out: Path) -> dict:
+    return _timed(out, "selftest", ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all",
+                                    "--shm-size", "2g", IMAGE_NAME, "selftest"])
+
+
+def step_expect(out: Path) -> dict:
+    """A version the image does not have, asked for: exit 5, both versions named."""
+    tj = _target_json(out)
+    res = _timed(out, "expect", [*G, "smoke", "--image", IMAGE_NAME, *GPU, "--target-json", str(tj), "--expect",
+                                 "torch=2.6.0", "--reports", str(out / "reports-expect"), "--pytest-args",
+                                 "-k test_versions_are_the_expected_ones"])
+    text = (out / "expect.log").read_text()
+    res["names_both"] = "the image reports 2.7.1+cu126, expected 2.6.0" in text
+    return res
+
+
+def step_metrics(out: Path) -> dict:
+    """The metrics validators on the GPU (names, types, labels; FB_USED/FB_RESERVED against this host's NVML)."""
+    tj = _target_json(out)
+    return _timed(out, "metrics", [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", "validators", "validators/test_metrics.py",
+                                   "--gpuforge-image", IMAGE_NAME, "--gpuforge-gpu", "--gpuforge-gpu-request", "cdi",
+                                   "--gpuforge-target", str(tj), "-k", "gpu_metrics", "-rA"])
+
+
+def step_warm(out: Path) -> dict:
+    res = _timed(out, "warm", [sys.executable, "tools/warm_bench.py", "--image", IMAGE_NAME, "--json",
+                               str(out / "warm.json"), "--md", str(out / "warm.md")])
+    if (out / "warm.json").exists():
+        res["summary"] = json.loads((out / "warm.json").read_text()).get("summary")
+    return res
+
+
+def step_perf(out: Path) -> dict:
+    """The perf table in a container of the image (its torch, its kernels), best of N with CV."""
+    vol = out / "perf"
+    vol.mkdir(exist_ok=True)
+    os.chmod(vol, 0o777)
+    return _timed(out, "perf", ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all",
+                                "--shm-size", "2g", "-v", f"{vol}:/out", IMAGE_NAME, "python3",
+                                "/opt/gpuforge/programs/perf_table.py", "--no-warm-start", "--trials", "5",
+                                "--json", "/out/perf.json", "--md", "/out/perf.md"])
+
+
+STEPS = {"smoke": step_smoke, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
+         "warm": step_warm, "perf": step_perf}
+
+
+def measure(names: list[str]) -> int:
+    bad = [n for n in names if n not in STEPS]
+    if bad:
+        msg = f"unknown step(s) {', '.join(bad)}; known: {', '.join(STEPS)}"
+        raise Fail(msg)
+    out = Path(os.environ.get("OUT") or "/tmp/gpuforge-out")
+    work = out / "raw"
+    work.mkdir(parents=True, exist_ok=True)
+    smi = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"]
+    host = sh(smi, capture_output=True).stdout.strip() if shutil.which("nvidia-smi") else "no nvidia-smi here"
+    m = json.loads((META / "manifest.json").read_text())
+    summary = {"image": m["image"], "image_id": m["image_id"], "host_gpu": host, "steps": {}}
+    for n in names or list(STEPS):
+        try:
+            summary["steps"][n] = STEPS[n](work)
+        except (subprocess.TimeoutExpired, Fail, OSError) as e:
+            summary["steps"][n] = {"error": f"{type(e).__name__}: {e}"}
+            say(f"{n}: {type(e).__name__}: {e}")
+    (work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    with tarfile.open(out / f"measure-{'-'.join(names) or 'all'}.tar.gz", "w:gz") as t:
+        t.add(work, arcname="raw")
+    print(json.dumps(summary, indent=1))
+    return 0 if all("error" not in s for s in summary["steps"].values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("parts").add_argument("image")
+    sub.add_parser("setup")
+    sub.add_parser("part").add_argument("n")
+    sub.add_parser("import")
+    sub.add_parser("measure").add_argument("steps", nargs="*")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "parts":
+            return parts(args.image)
+        if args.cmd == "setup":
+            return setup()
+        if args.cmd == "part":
+            return part(args.n)
+        if args.cmd == "import":
+            return import_image()
+        return measure(args.steps)
+    except Fail as e:
+        print(f"gpu_carry: error: {e}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as e:
+        print(f"gpu_carry: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

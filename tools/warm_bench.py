@@ -1,0 +1,151 @@
+"""Warm starts as a user waits for them: `docker run` of the image to its first correct compiled inference.
+
+Both ways side by side in one run, each on a fresh volume (ResNet-50, batch 1, on the GPU):
+  aot        GPUFORGE_AOT_PACKAGE (+ GPUFORGE_AOT_MODEL=warm_start:resnet50_bs1_model): the first start is served by
+             torch.compile and builds the package in the background; the next ones load it
+  artifacts  GPUFORGE_CACHE_ARTIFACTS (+ GPUFORGE_WARMUP=warm_start:resnet50_bs1): the first start compiles and saves
+             the compile cache's artifacts; the next ones load them and compile from the cache
+and, for the aot way, the same model with no package at all (GPUFORGE_WARMUP alone): what "the first start's mode is
+ready as fast as with no package" is held to.
+
+Each start is timed from just before `docker run` (this process's clock; the container shares it) to:
+  first_correct_s  the first compiled output, checked against eager inside the start (warm_start.py's
+                   first_correct_unix; a start whose output is off fails there, and here)
+  mode_ready_s     the mode's first instruction (the mode prints its clock)
+  run_s            `docker run` returning (the first aot start waits for its background build)
+The ratio is cold (the way's first start) over the median of the warm starts; best, median and spread are printed.
+
+  python3 tools/warm_bench.py --image IMAGE [--warm 5] [--baselines 2] [--ways aot,artifacts] [--json F] [--md F]
+
+Runs where Docker and a GPU are (the GPU machine, through tools/gpu_carry.py measure warm). Bad input: exit 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODE = ["sh", "-c", "echo MODE_READY $(date +%s.%N)"]
+WAYS = {
+    "aot": {"GPUFORGE_AOT_PACKAGE": "/cache/resnet50.pt2", "GPUFORGE_AOT_MODEL": "warm_start:resnet50_bs1_model"},
+    "artifacts": {"GPUFORGE_CACHE_ARTIFACTS": "/cache/artifacts.bin", "GPUFORGE_WARMUP": "warm_start:resnet50_bs1"},
+    "none": {"GPUFORGE_WARMUP": "warm_start:resnet50_bs1"},  # the aot way's baseline: compiled, no package
+}
+
+
+def start(image: str, env: dict, volume: str, gpu: list[str]) -> dict:
+    """One container start, timed from here; its warm-start report and the mode's clock read from its output."""
+    cmd = ["docker", "run", "--rm", "--network", "none", *gpu, "--shm-size", "2g", "-v", f"{volume}:/cache"]
+    for k, v in env.items():
+        cmd += ["-e", f"{k}={v}"]
+    t0 = time.time()
+    r = subprocess.run([*cmd, image, *MODE], capture_output=True, text=True, timeout=600, check=False)
+    run_s = time.time() - t0
+    rep = next((json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")), {})
+    ready = next((float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("MODE_READY")), None)
+    notes = [line for line in r.stderr.splitlines() if line.startswith("gpuforge:")]
+    out = {"rc": r.returncode, "run_s": round(run_s, 2), "mode_ready_s": round(ready - t0, 2) if ready else None,
+           "first_correct_s": round(rep["first_correct_unix"] - t0, 2) if rep.get("first_correct_unix") else None,
+           "rel_err": rep.get("rel_err"), "aot": rep.get("aot"), "loaded": rep.get("loaded"), "notes": notes[-4:],
+           "report": {k: v for k, v in rep.items() if k.endswith("_s")}}
+    if r.returncode != 0 or out["first_correct_s"] is None:
+        out["error"] = (r.stderr or r.stdout)[-1500:]
+    return out
+
+
+def stats(xs: list[float]) -> dict:
+    return {"best": min(xs), "median": round(statistics.median(xs), 2), "max": max(xs),
+            "spread": round(max(xs) - min(xs), 2), "n": len(xs)}
+
+
+def way(image: str, name: str, warm: int, gpu: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"warm-{name}-") as vol:
+        os.chmod(vol, 0o777)  # the image's user (uid 1000) writes the package or artifacts there
+        cold = start(image, WAYS[name], vol, gpu)
+        warms = [start(image, WAYS[name], vol, gpu) for _ in range(warm)]
+        files = sorted(os.listdir(vol))
+    ok = [w for w in warms if "error" not in w]
+    res = {"cold": cold, "warm": warms, "volume_files": files}
+    if "error" in cold or len(ok) != len(warms):
+        res["error"] = cold.get("error") or next(w["error"] for w in warms if "error" in w)
+        return res
+    if name == "aot" and not all(w["aot"] == "loaded" for w in warms):
+        res["error"] = f"a warm start did not load the package: {[w['aot'] for w in warms]}"
+        return res
+    ws = stats([w["first_correct_s"] for w in warms])
+    res.update(warm_first_correct=ws, warm_run=stats([w["run_s"] for w in warms]),
+               ratio_median=round(cold["first_correct_s"] / ws["median"], 2),
+               ratio_best=round(cold["first_correct_s"] / ws["best"], 2))
+    return res
+
+
+def markdown(r: dict) -> str:
+    lines = ["| way | start | first correct inference (s) | mode ready (s) | docker run (s) | rel err | warm start |",
+             "|---|---|---|---|---|---|---|"]
+    for name, w in r["ways"].items():
+        rows = [("cold", w["cold"])] + [(f"warm {i + 1}", x) for i, x in enumerate(w.get("warm", []))]
+        for label, x in rows:
+            err = f"{x['rel_err']:.1e}" if isinstance(x.get("rel_err"), float) else ""
+            lines.append(f"| {name} | {label} | {x['first_correct_s']} | {x['mode_ready_s']} | {x['run_s']} | {err} | "
+                         f"{x.get('aot') or ('loaded' if x.get('loaded') else 'compiled')} |")
+        if "warm_first_correct" in w:
+            s = w["warm_first_correct"]
+            lines.append(f"| {name} | **cold / warm** | **{w['ratio_median']}x** median ({w['ratio_best']}x best); warm "
+                         f"median {s['median']} s, best {s['best']}, max {s['max']}, spread {s['spread']} (n={s['n']}) | | | | |")
+    if "first_start" in r:
+        f = r["first_start"]
+        lines.append(f"\nFirst start's mode ready: {f['with_package_s']} s with the package built in the background, "
+                     f"{f['no_package_s']} s with no package (best of {f['baselines']}): {f['ratio']}x.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--image", required=True)
+    ap.add_argument("--warm", type=int, default=5, help="warm starts per way (>= 5 for a median)")
+    ap.add_argument("--baselines", type=int, default=2, help="starts with no package (the aot way's first-start bar)")
+    ap.add_argument("--ways", default="aot,artifacts")
+    ap.add_argument("--gpu", default="nvidia.com/gpu=all", help="the CDI device to give")
+    ap.add_argument("--json")
+    ap.add_argument("--md")
+    args = ap.parse_args(argv)
+    ways = args.ways.split(",")
+    if not set(ways) <= {"aot", "artifacts"} or not 1 <= args.warm <= 20 or not 0 <= args.baselines <= 5:
+        print("warm_bench: error: --ways from aot,artifacts; --warm 1..20; --baselines 0..5", file=sys.stderr)
+        return 64
+    gpu = ["--device", args.gpu]
+    r: dict = {"image": args.image, "ways": {}}
+    if "aot" in ways and args.baselines:
+        with tempfile.TemporaryDirectory(prefix="warm-none-") as vol:
+            os.chmod(vol, 0o777)
+            r["no_package"] = [start(args.image, WAYS["none"], vol, gpu) for _ in range(args.baselines)]
+    for name in ways:
+        r["ways"][name] = way(args.image, name, args.warm, gpu)
+        print(f"warm_bench: {name}: {json.dumps({k: v for k, v in r['ways'][name].items() if k not in ('cold', 'warm')})}",
+              flush=True)
+    base = [b["mode_ready_s"] for b in r.get("no_package", []) if b.get("mode_ready_s")]
+    first = r["ways"].get("aot", {}).get("cold", {}).get("mode_ready_s")
+    if base and first:
+        r["first_start"] = {"with_package_s": first, "no_package_s": min(base), "baselines": len(base),
+                            "ratio": round(first / min(base), 3)}
+    r["summary"] = {n: {k: w.get(k) for k in ("ratio_median", "ratio_best", "warm_first_correct", "error")}
+                    for n, w in r["ways"].items()} | {"first_start": r.get("first_start")}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+    md = markdown(r)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md)
+    print(md)
+    return 0 if all("error" not in w for w in r["ways"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
