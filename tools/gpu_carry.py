@@ -70,8 +70,8 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def sh(cmd: list[str] | str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, shell=isinstance(cmd, str), check=False, text=True, **kw)
+def sh(cmd: list[str] | str, check: bool = False, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=isinstance(cmd, str), check=check, text=True, **kw)
 
 
 # --- here ---------------------------------------------------------------------------------------------------------

@@ -83,8 +83,12 @@ def claims_table(rows: list[dict], fusion: dict | None) -> list[dict]:
             measured = round(1 - k / e, 3) if e else None
             detail = f"{e} -> {k} MiB"
         elif c["metric"] == "kernels" and fusion:
-            measured = [fusion["eager_kernels"], fusion["compiled_kernels"]]
-            detail = f"{measured[0]} -> {measured[1]} kernels"
+            counts = [fusion["eager_kernels"], fusion["compiled_kernels"]]
+            detail = f"{counts[0]} -> {counts[1]} kernels"
+            # eager relu(x+1)*0.5 cannot run in no kernel: a zero is the profiler seeing nothing (torch 2.7.1 in a
+            # process that profiled before, on the H200), not a measurement
+            measured = counts if counts[0] > 0 else None
+            detail += "" if counts[0] > 0 else " (the profiler saw no CUDA kernel: not counted)"
         out.append({**c, "measured": measured, "detail": detail, "verdict": judge(c, measured)})
     return out
 

@@ -54,3 +54,9 @@ def test_a_claim_without_its_figure_is_not_measured_and_a_miss_does_not_hold():
     assert got["fusion_kernels"]["verdict"] == "does not hold"
     md = perf_table.markdown([], list(got.values()), "test GPU")
     assert "**not measured**" in md and "**does not hold**" in md
+
+
+def test_a_profiler_that_saw_no_kernel_is_not_a_verdict():
+    """Seen on the shipped image on the H200: both counts 0 in a process that had profiled before."""
+    got = {c["id"]: c for c in perf_table.claims_table([], {"eager_kernels": 0, "compiled_kernels": 0})}
+    assert got["fusion_kernels"]["verdict"] == "not measured" and "saw no CUDA kernel" in got["fusion_kernels"]["detail"]
