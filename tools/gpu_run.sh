@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# LOOK-ALIKE ONLY: the images here are made from the GPU machine's own userland (torch 2.11), not the shipped image.
+# A development aid; GPU claims come from the shipped image carried by tools/gpu_carry.py (docs/contributing.md).
 # Everything issue #14 measures on the GPU machine (an H200 with no Docker and no network), in one call each:
 #   tools/gpu_run.sh local   driver + smoke validators against local://, the device-count check made to fail with
 #                            NVIDIA_VISIBLE_DEVICES, the perf table with the warm-start rows      (carry .whl)
