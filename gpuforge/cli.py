@@ -201,11 +201,12 @@ def cmd_push(args) -> int:
 def cmd_promote(args) -> int:
     from gpuforge.publish import promote
 
-    m, targets = _targets(args)
     o = options.for_args(args)
+    sign_key = _record_signing_key(o)  # first: a promotion that cannot sign its record never touches a tag
+    m, targets = _targets(args)
     promote.promote_targets(targets, env=o.to, reports=Path(o.reports), registry=o.registry,
                             require_gpu=o.require_gpu, allow_no_gpu=args.allow_no_gpu, replace=args.replace,
-                            key=o.verify_key, sign_key=_record_signing_key(o))
+                            key=o.verify_key, sign_key=sign_key)
     return 0
 
 
@@ -236,15 +237,24 @@ def cmd_rollback(args) -> int:
     from gpuforge.publish import rollback
 
     o = options.for_args(args)
+    sign_key = _record_signing_key(o)
     rollback.rollback(_one_target(args), env=args.env, to=args.to, steps=args.steps, registry=o.registry,
-                      key=o.verify_key, sign_key=_record_signing_key(o), allow_no_gpu=args.allow_no_gpu,
+                      key=o.verify_key, sign_key=sign_key, allow_no_gpu=args.allow_no_gpu,
                       reports=Path(o.reports))
+    return 0
 
 
 def _record_signing_key(o) -> str | None:
-    """Promotion records are signed with --sign-key, else the signing_key setting (GPUFORGE_COSIGN_KEY)."""
-    return o.record_signing_key or options.setting("signing_key")
-    return 0
+    """Promotion records are signed with --sign-key, else the signing_key setting (GPUFORGE_COSIGN_KEY); with
+    neither, keyless — refused here, before any registry or tag work, when no OIDC identity token is at hand."""
+    from gpuforge.publish import attest
+
+    key = o.record_signing_key or options.setting("signing_key")
+    if key is None and not attest.oidc_token_available():
+        msg = ("promotion records are signed: give --sign-key KEY (or GPUFORGE_COSIGN_KEY), or run where cosign gets "
+               "an OIDC identity token (SIGSTORE_ID_TOKEN, or GitHub Actions with `id-token: write`)")
+        raise ConfigError(msg)
+    return key
 
 
 def cmd_attest(args) -> int:

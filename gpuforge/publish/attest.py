@@ -34,6 +34,17 @@ INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"
 PROMOTION_TYPE = "https://gpuforge.dev/attestations/promotion/v1"
 
 
+# Where cosign's keyless signing gets an identity token without a browser: a token given outright, or a GitHub
+# Actions job with `id-token: write` (the runner then sets both request variables).
+OIDC_TOKEN_SOURCES = (("SIGSTORE_ID_TOKEN",), ("ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"))
+
+
+def oidc_token_available(env: dict | None = None) -> bool:
+    """Can a keyless cosign sign here? (Without a token it would try the sigstore OAuth host and fail offline.)"""
+    env = os.environ if env is None else env
+    return any(all(env.get(k) for k in names) for names in OIDC_TOKEN_SOURCES)
+
+
 @dataclass(frozen=True)
 class Verifier:
     """How signatures are checked: a public key, or a keyless identity + OIDC issuer."""

@@ -82,8 +82,8 @@ def check(t, *, ref: str, record: dict, verifier) -> None:
         missing = pools_missing(t, preds, **kw)
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
-                   f"({why_missing(t, preds, **kw)}); run the GPU validation on each "
-                   "(images.yml's gpu job) and `gpuforge attest --gpu`")
+                   f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
+                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --key cosign.key`)")
     if options.setting("prod_require_cve"):
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
                            built_at=record.get("built_at"))
