@@ -3,6 +3,7 @@ engine answers, FAILED instead when GPUFORGE_REQUIRE_DOCKER=1 (CI sets it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -156,3 +157,44 @@ def validated(default_build, tmp_path_factory):
     print(f"\nfull non-GPU validator suite: {seconds:.1f} s")
     assert r.returncode == 0, f"validation failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
     return {"reports": reports, "summary": summary, "seconds": seconds, "target": default_build[0], "record": default_build[1]}
+
+
+# --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------
+# It once rewrote target.json, .dockerignore and the bake file in place: that fails on a read-only checkout and
+# races in parallel runs. Compared at the end of the session: git's view of the tree (modified and untracked files,
+# ignored ones left out), the bytes of every file it lists, and each tracked file's mtime (a rewrite of the same
+# bytes is still a write).
+
+def _tree_state() -> dict[str, str] | None:
+    import hashlib
+
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain=v1", "-uall"], capture_output=True, text=True,
+                           timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a git checkout (an unpacked sdist): nothing to compare against
+    state = {}
+    for line in r.stdout.splitlines():
+        path = ROOT / line[3:].split(" -> ")[-1]
+        state[line] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "-"
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True, timeout=60,
+                             check=False).stdout.split("\0")
+    for rel in filter(None, tracked):
+        with contextlib.suppress(OSError):
+            state[f"mtime {rel}"] = str((ROOT / rel).stat().st_mtime_ns)
+    return state
+
+
+def pytest_sessionstart(session):
+    session.config._gpuforge_tree = _tree_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_gpuforge_tree", None)
+    if before is None or session.config.option.collectonly:
+        return
+    after = _tree_state()
+    if after != before:
+        changed = sorted({k for k, _ in set(before.items()) ^ set(after.items())})
+        print(f"\ngpuforge tests: the run changed the checkout: {changed[:10]}", file=sys.stderr)
+        session.exitstatus = 1

@@ -42,17 +42,27 @@ def test_check_names_stale_missing_and_extra_files(tmp_path):
         render.check([t], dist)
 
 
-def test_generate_check_cli_fails_on_drift(capsys):
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A copy of what `generate` reads and writes, as the checkout (GPUFORGE_ROOT): the real one is never written."""
+    root = paths.project_root()
+    copy = tmp_path / "checkout"
+    for rel in ("images", "validators", "gpuforge/__init__.py", "gpuforge/image", "matrix.yaml", ".dockerignore"):
+        src, dest = root / rel, copy / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dest) if src.is_dir() else shutil.copy2(src, dest)
+    monkeypatch.setenv("GPUFORGE_ROOT", str(copy))
+    monkeypatch.chdir(copy)
+    return copy
+
+
+def test_generate_check_cli_fails_on_drift(checkout, capsys):
     t = FLEET[0]
-    f = paths.dist() / t.id / "target.json"
-    saved = f.read_bytes()
-    try:
-        f.write_bytes(saved + b"\n")
-        assert main(["generate", "--check"]) == 2
-        assert f"{t.id}/target.json" in capsys.readouterr().err
-    finally:
-        f.write_bytes(saved)
+    f = checkout / "images" / "dist" / t.id / "target.json"
     assert main(["generate", "--check"]) == 0
+    f.write_bytes(f.read_bytes() + b"\n")
+    assert main(["generate", "--check"]) == 2
+    assert f"{t.id}/target.json" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("t", FLEET, ids=[t.id for t in FLEET])
@@ -117,10 +127,9 @@ def test_recipe_hash_covers_the_shared_context(tmp_path):
     assert render.recipe_hash(t, ctx) != before
 
 
-def test_generate_removes_targets_that_left_the_matrix(tmp_path, monkeypatch):
-    dist = tmp_path / "dist"
-    shutil.copytree(paths.dist(), dist)
+def test_generate_removes_targets_that_left_the_matrix(checkout):
+    dist = checkout / "images" / "dist"
     (dist / "pt000-old-target").mkdir()
-    monkeypatch.setattr(paths, "dist", lambda: dist)
     assert main(["generate"]) == 0
     assert not (dist / "pt000-old-target").exists()
+    assert (checkout / ".dockerignore").exists() and (dist / "docker-bake.json").exists()  # written in the copy
