@@ -298,6 +298,16 @@ TABLE: tuple[Setting, ...] = (
 )
 SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in TABLE})
 
+# Not a setting: the validator subprocess's end of the progress pipe (gpuforge.validate.progress.Watch sets it).
+PROGRESS_FD_ENV = "GPUFORGE_PROGRESS_FD"
+
+
+def take_progress_fd() -> int | None:
+    """The progress pipe's file descriptor, taken out of the environment (popped: the pipe is this process's own,
+    and a grandchild holding the number would write elsewhere). Called by the plugin when pytest configures it."""
+    v = os.environ.pop(PROGRESS_FD_ENV, "")
+    return int(v) if v.isdigit() else None
+
 
 # --- resolution --------------------------------------------------------------------------------------
 

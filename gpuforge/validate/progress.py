@@ -15,12 +15,18 @@ import os
 import subprocess
 import threading
 
-FD_ENV = "GPUFORGE_PROGRESS_FD"
+from gpuforge import options
+
+FD_ENV = options.PROGRESS_FD_ENV
 
 # ---- the plugin half (runs inside pytest) ----
 
-# popped: the pipe is the validator process's own, a grandchild holding the number would write elsewhere
-_fd: int | None = int(v) if (v := os.environ.pop(FD_ENV, "")).isdigit() else None
+_fd: int | None = None  # taken from the environment when pytest configures the plugin, never at import
+
+
+def pytest_configure(config) -> None:
+    global _fd
+    _fd = options.take_progress_fd()
 
 
 def _emit(**event) -> None:

@@ -159,9 +159,14 @@ def test_the_cycle_finder_finds_one():
 
 
 def _env_reads(tree: ast.Module) -> list[tuple[int, str]]:
-    """(line, variable) of every GPUFORGE_* read from an environment mapping or os.getenv."""
+    """(line, variable) of every GPUFORGE_* read from an environment mapping or os.getenv: by its literal name, or
+    through a module-level name bound to it (`FD_ENV = "GPUFORGE_..."; os.environ.pop(FD_ENV)`)."""
+    names = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+             for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value.value, str)}
+
     def gpuforge_const(n) -> str | None:
-        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("GPUFORGE_") else None
+        value = names.get(n.id) if isinstance(n, ast.Name) else n.value if isinstance(n, ast.Constant) else None
+        return value if isinstance(value, str) and value.startswith("GPUFORGE_") else None
 
     def environ(n) -> bool:
         text = ast.unparse(n)
@@ -189,10 +194,11 @@ def test_only_the_options_module_reads_gpuforge_variables():
 
 @pytest.mark.parametrize("code", [
     'os.environ.get("GPUFORGE_X")', 'os.environ["GPUFORGE_X"]', 'os.getenv("GPUFORGE_X", "1")',
-    '"GPUFORGE_X" in os.environ', 'environ.get("GPUFORGE_X")',
+    '"GPUFORGE_X" in os.environ', 'environ.get("GPUFORGE_X")', 'os.environ.pop("GPUFORGE_X", "")',
+    'V = "GPUFORGE_X"\nos.environ.pop(V, "")',
 ])
 def test_the_env_read_finder_finds_each_form(code):
-    assert _env_reads(ast.parse(code)) == [(1, "GPUFORGE_X")]
+    assert [var for _, var in _env_reads(ast.parse(code))] == ["GPUFORGE_X"]
 
 
 def test_no_gpuforge_variable_is_read_at_import():
@@ -210,6 +216,10 @@ class Recording(dict):
         self._note(k); return dict.get(self, k, d)
     def __contains__(self, k):
         self._note(k); return dict.__contains__(self, k)
+    def pop(self, k, *d):
+        self._note(k); return dict.pop(self, k, *d)
+    def setdefault(self, k, d=None):
+        self._note(k); return dict.setdefault(self, k, d)
 os.environ = Recording(os.environ)
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
@@ -217,7 +227,7 @@ print(json.dumps(seen))
 """
     names = sorted(m for m in MODULES if not m.endswith("__main__"))
     r = subprocess.run([sys.executable, "-c", probe, json.dumps(names)], capture_output=True, text=True, timeout=120,
-                       cwd=PKG.parent, env={"GPUFORGE_DRIVER": "auto", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+                       cwd=PKG.parent, env={"GPUFORGE_DRIVER": "auto", "GPUFORGE_PROGRESS_FD": "9", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
                        check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.splitlines()[-1]) == []
