@@ -258,11 +258,10 @@ def _record_signing_key(o) -> str | None:
 
 
 def cmd_attest(args) -> int:
+    """Refused, whatever it is given: kept only to say what signs evidence instead (it carries no option rows)."""
     from gpuforge.publish import promote
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
-    promote.attest_targets(targets, reports=Path(o.reports), registry=o.registry, gpu=o.gpu, key=o.signing_key)
+    promote.attest_targets([])
     return 0
 
 
@@ -412,7 +411,8 @@ def parser() -> argparse.ArgumentParser:
                    help="prod without signed GPU evidence: a warning, recorded in the promotion record and history")
     p.add_argument("--replace", action="store_true",
                    help="move the environment's version tag (<tag>-dev/-prod) off another digest (recorded)")
-    add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)")
+    add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
+        selectors=False)
     p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
             "exit 9 when red (docs/cve.md)", selectors=False)
     p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
@@ -472,7 +472,10 @@ def _reap() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra and args.cmd != "attest":  # attest takes anything, only to refuse it with what to run instead
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         options.for_args(args)  # every flag, variable and default, checked before any work
         if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first

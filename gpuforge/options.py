@@ -178,9 +178,9 @@ class Setting:
 
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
-_REGISTRY_CMDS = ("push", "promote", "attest")
+_REGISTRY_CMDS = ("push", "promote")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
-_REPORTS = ("validate", "smoke", "promote", "attest", "rollback")
+_REPORTS = ("validate", "smoke", "promote", "rollback")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
 
 TABLE: tuple[Setting, ...] = (
@@ -228,8 +228,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="log_dir", commands=_BUILD, env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text, help="build logs"),
     # validate / smoke
     Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
-    Setting(name="gpu", flag="--gpu", commands=("validate", "attest"), action="store_true", default=False,
-            help="validate: also run the GPU validators (containers get every GPU); attest: the GPU report"),
+    Setting(name="gpu", flag="--gpu", commands=("validate",), action="store_true", default=False,
+            help="also run the GPU validators (containers get every GPU)"),
     Setting(name="gpu_request", flag="--gpu-request", commands=_GPU, env="GPUFORGE_GPU_REQUEST", key="gpu_request",
             default=GPU_REQUESTS[0], choices=GPU_REQUESTS, what="a GPU request mode",
             help="how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
@@ -247,7 +247,7 @@ TABLE: tuple[Setting, ...] = (
             help="expected versions as JSON (e.g. /opt/gpuforge/target.json)"),
     Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
             help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
-    # push / attest / promote
+    # push / promote
     Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "validate", "cve-gate", *_FLEET_READS, *_REGISTRY_READS),
             env="GPUFORGE_REGISTRY",
             check=grammar.registry,
@@ -265,13 +265,13 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS, *_REGISTRY_READS),
             env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
-    Setting(name="signing_key", flag="--key", commands=("attest", "validate", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
+    Setting(name="signing_key", flag="--key", commands=("validate", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key (password in COSIGN_PASSWORD); none: keyless (OIDC)"),
     Setting(name="cosign_identity", commands=("promote",), env="GPUFORGE_COSIGN_IDENTITY", check=_text,
             help="keyless verification: the signer's certificate identity"),
     Setting(name="cosign_issuer", commands=("promote",), env="GPUFORGE_COSIGN_ISSUER", check=_text,
             help="keyless verification: its OIDC issuer"),
-    Setting(name="cosign_tlog", commands=("promote", "attest"), env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
+    Setting(name="cosign_tlog", commands=("promote",), env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
             help="upload to / check the Rekor transparency log"),
     Setting(name="registry_user", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_USER", check=_text,
             help="registry user (with the password)"),

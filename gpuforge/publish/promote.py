@@ -308,7 +308,7 @@ def promote_targets(targets: list[Target], *, env: str, reports: Path | None = N
 
 def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
     """Signing a report file is refused: the file can be edited after the run that made it (#18)."""
-    ids = " ".join(t.id for t in targets)
+    ids = " ".join(t.id for t in targets) or "SEL"
     msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "
            f"validating run signs; run `gpuforge validate --attest --key KEY {ids}` after `gpuforge push`")
     raise PromotionRefused(msg)

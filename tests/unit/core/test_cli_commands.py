@@ -50,3 +50,21 @@ def test_an_oidc_token_in_the_environment_counts_as_a_signer():
     assert attest.oidc_token_available({"ACTIONS_ID_TOKEN_REQUEST_URL": "https://x", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "t"})
     assert not attest.oidc_token_available({"ACTIONS_ID_TOKEN_REQUEST_URL": "https://x"})  # no `id-token: write`
     assert not attest.oidc_token_available({})
+
+
+def test_the_refused_attest_command_carries_no_option_rows():
+    from gpuforge import options
+
+    assert [s.name for s in options.TABLE if "attest" in s.commands] == []
+
+
+def test_attest_with_anything_is_refused_with_what_to_run(capsys):
+    assert cli.main(["attest", "--gpu", "--key", "cosign.key", "some-target"]) == 7
+    err = capsys.readouterr().err
+    assert "run `gpuforge validate --attest --key KEY" in err and err.count("\n") == 1
+
+
+def test_other_commands_still_refuse_unknown_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
