@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -47,7 +48,12 @@ def test_oci_labels_present(config):
     labels = config["Config"].get("Labels") or {}
     for k in ("org.opencontainers.image.title", "org.opencontainers.image.version", *BUILD_LABELS,
               "org.opencontainers.image.licenses"):
+        if k == f"{OCI}.source" and k not in labels:
+            continue  # absent when no repository URL is known: never a local path or `unknown`
         assert labels.get(k), f"label {k} is missing"
+    source = labels.get(f"{OCI}.source")
+    assert source is None or (re.fullmatch(r"https://[A-Za-z0-9.-]+/[^\s@]+", source) and not source.endswith(".git")), (
+        f"label {OCI}.source={source!r} is not one normalised repository URL (https://host/path, no credentials)")
     created = labels[f"{OCI}.created"]
     try:  # RFC 3339 as the OCI annotation spec asks (Python reads the trailing Z from 3.11)
         dt.datetime.fromisoformat(created)

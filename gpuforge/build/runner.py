@@ -107,14 +107,45 @@ def created_time() -> str:
     return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def source_url() -> str:
-    """org.opencontainers.image.source: the CI's repository URL, else the git remote (credentials
-    removed), else 'unknown'."""
+def normalize_remote(url: str) -> str | None:
+    """One repository, one URL: `git@host:owner/repo.git`, `ssh://git@host/owner/repo`, `https://token@host/owner/repo.git`
+    all give `https://host/owner/repo`; credentials, a port of ssh and the .git suffix are dropped. A local path or
+    file:// URL names no public repository: None (see source_url, which follows it)."""
+    url = url.strip()
+    if m := re.fullmatch(r"[A-Za-z0-9._-]+@([A-Za-z0-9.-]+):(?!/)(.+)", url):  # scp-like ssh
+        host, path = m.groups()
+    elif m := re.fullmatch(r"(?:ssh|git|https?)://(?:[^/@\s]+@)?([A-Za-z0-9.-]+)(?::\d+)?/(.+)", url):
+        host, path = m.groups()
+    else:
+        return None
+    path = path.strip("/").removesuffix(".git").strip("/")
+    return f"https://{host.lower()}/{path}" if path and not re.search(r"\s", path) else None
+
+
+def source_url(root: Path | None = None, hops: int = 3) -> str | None:
+    """org.opencontainers.image.source: the CI's repository URL, else the git remote normalised (normalize_remote),
+    following a remote that is a local clone to that clone's own remote; None (no label) when no repository URL is
+    known. So clones of one commit label it alike (#27: a local path, `unknown`, ssh and https gave four image ids)."""
     server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
     if server and repo:
-        return f"{server.rstrip('/')}/{repo}"
-    url = _git("remote", "get-url", "origin")
-    return re.sub(r"(//)[^/@\s]+@", r"\1", url) if url else "unknown"
+        return normalize_remote(f"{server.rstrip('/')}/{repo}")
+    where = root or paths.project_root()
+    for _ in range(hops):
+        try:
+            url = subprocess.run(["git", "-C", str(where), "remote", "get-url", "origin"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if not url:
+            return None
+        local = Path(url.removeprefix("file://"))
+        if not local.is_absolute():
+            local = (where / local).resolve()
+        if local.is_dir():
+            where = local
+            continue
+        return normalize_remote(url)
+    return None
 
 
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,

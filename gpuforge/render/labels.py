@@ -36,5 +36,7 @@ LICENSES = "BSD-3-Clause AND LicenseRef-NVIDIA-Software-License-Agreement"
 BUILD_LABELS = (f"{OCI}.revision", f"{OCI}.created", f"{OCI}.source", f"{NS}.recipe")
 
 
-def build_labels(*, revision: str, created: str, source: str, recipe: str) -> dict[str, str]:
-    return dict(zip(BUILD_LABELS, (revision, created, source, recipe), strict=True))
+def build_labels(*, revision: str, created: str, source: str | None, recipe: str) -> dict[str, str]:
+    """The labels only a build knows; the source only when a repository URL is known (never a path or `unknown`)."""
+    out = dict(zip(BUILD_LABELS, (revision, created, source, recipe), strict=True))
+    return {k: v for k, v in out.items() if v is not None}

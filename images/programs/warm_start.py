@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         # torch 2.7.1: load_cache_artifacts as the first touch of torch.compiler._cache is a circular import
         # (through torch._inductor.runtime.runtime_utils -> torch._dynamo.utils); Dynamo first breaks the cycle
-        import torch._dynamo  # noqa: F401
+        import torch._dynamo
         try:
             with open(args.artifacts, "rb") as f:
                 info = torch.compiler.load_cache_artifacts(f.read())

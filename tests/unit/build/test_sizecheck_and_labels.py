@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -56,20 +57,57 @@ def test_created_comes_from_source_date_epoch(monkeypatch):
         runner.created_time()
 
 
-def test_source_is_the_ci_repository_or_a_credential_free_remote(monkeypatch):
+def test_source_is_the_ci_repository(monkeypatch):
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
     monkeypatch.setenv("GITHUB_REPOSITORY", "org/gpuforge")
     assert runner.source_url() == "https://github.com/org/gpuforge"
-    monkeypatch.delenv("GITHUB_SERVER_URL")
-    monkeypatch.setattr(runner, "_git", lambda *a: "https://user:tok3n@git.example/org/gpuforge.git")
-    assert runner.source_url() == "https://git.example/org/gpuforge.git"
+
+
+@pytest.mark.parametrize(("remote", "want"), [
+    ("git@github.com:acme/gpuforge.git", "https://github.com/acme/gpuforge"),
+    ("ssh://git@github.com:22/acme/gpuforge.git", "https://github.com/acme/gpuforge"),
+    ("https://ci-bot:tok3n@GitHub.com/acme/gpuforge.git/", "https://github.com/acme/gpuforge"),
+    ("https://github.com/acme/gpuforge", "https://github.com/acme/gpuforge"),
+    ("/srv/git/gpuforge", None), ("file:///srv/git/gpuforge", None), ("unknown", None), ("", None),
+])
+def test_a_remote_is_one_normalised_url_or_none(remote, want):
+    assert runner.normalize_remote(remote) == want
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_clones_of_one_commit_label_one_source(tmp_path, monkeypatch):
+    """Four clones of one commit: an ssh clone, an https clone with a token, a clone of the ssh clone (its remote a
+    local path) and one with no remote. The first three give one URL (so one image id), the last no label at all."""
+    monkeypatch.delenv("GITHUB_SERVER_URL", raising=False)
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    up = tmp_path / "upstream"
+    up.mkdir()
+    _git("init", "-q", cwd=up)
+    (up / "f").write_text("x")
+    _git("add", "f", cwd=up)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one", cwd=up)
+    ssh, tok, local, bare = (tmp_path / n for n in ("ssh", "tok", "local", "bare"))
+    for d in (ssh, tok, bare):
+        _git("clone", "-q", str(up), str(d), cwd=tmp_path)
+    _git("remote", "set-url", "origin", "git@github.com:acme/gpuforge.git", cwd=ssh)
+    _git("remote", "set-url", "origin", "https://ci:t0k@github.com/acme/gpuforge.git", cwd=tok)
+    _git("clone", "-q", str(ssh), str(local), cwd=tmp_path)
+    _git("remote", "remove", "origin", cwd=bare)
+    got = {d.name: runner.source_url(d) for d in (ssh, tok, local, bare)}
+    assert got == {"ssh": "https://github.com/acme/gpuforge", "tok": "https://github.com/acme/gpuforge",
+                   "local": "https://github.com/acme/gpuforge", "bare": None}
+    labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source=got["bare"], recipe="r")
+    assert "org.opencontainers.image.source" not in labels  # absent, never a path or `unknown`
 
 
 def test_build_labels_are_passed_on_the_command_line(tmp_path):
     from gpuforge.plan.matrix import load_matrix
 
     t = load_matrix().select(None)[0]
-    labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source="unknown", recipe="r")
+    labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source="https://github.com/o/r", recipe="r")
     assert set(labels) == set(BUILD_LABELS)
     drv = engine.Driver(name="buildx", client="docker", client_version="28")
     argv = runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(provenance="false"), labels,
