@@ -10,8 +10,9 @@ checked parts, one part per command, back to back (../shared/recipes/real-image-
           python3 tools/gpu_carry.py import               # join, check, `docker import` with IMAGE's config (carry .carry/meta .carry/zstd)
           python3 tools/gpu_carry.py measure [STEP ...]   # smoke, selftest, expect, metrics, warm, perf   (carry .whl)
 
-Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each step prints its wall seconds; `measure` writes its raw files under $OUT
-(at most 8 come back: one tar) and a summary JSON. docs/contributing.md gives the timings and the call sequence.
+Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each
+step prints its wall seconds; `measure` writes its raw files under $OUT (at most 8 come back: one tar) and a
+summary JSON. docs/contributing.md gives the timings and the call sequence.
 Bad input: one line, exit 64; a step that fails: exit 1.
 """
 
@@ -166,7 +167,8 @@ def setup() -> int:
     env = engine_env()
     if sh(["docker", "info"], env=env, capture_output=True).returncode != 0:
         with open("/tmp/dockerd.log", "ab") as log:
-            subprocess.Popen(["dockerd", "--iptables=false", "--bridge=none"], env=env, stdout=log, stderr=log,
+            # the default bridge (no iptables: docker-proxy publishes ports), so the metrics validators can scrape
+            subprocess.Popen(["dockerd", "--iptables=false"], env=env, stdout=log, stderr=log,
                              start_new_session=True)
     for _ in range(60):
         if sh(["docker", "info"], env=env, capture_output=True).returncode == 0:
@@ -298,7 +300,8 @@ def step_expect(out: Path) -> dict:
 def step_metrics(out: Path) -> dict:
     """The metrics validators on the GPU (names, types, labels; FB_USED/FB_RESERVED against this host's NVML)."""
     tj = _target_json(out)
-    return _timed(out, "metrics", [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", "validators", "validators/test_metrics.py",
+    return _timed(out, "metrics", [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", "validators",
+                                   "validators/test_metrics.py",
                                    "--gpuforge-image", IMAGE_NAME, "--gpuforge-gpu", "--gpuforge-gpu-request", "cdi",
                                    "--gpuforge-target", str(tj), "-k", "gpu_metrics", "-rA"])
 
