@@ -198,3 +198,31 @@ def pytest_sessionfinish(session, exitstatus):
         changed = sorted({k for k, _ in set(before.items()) ^ set(after.items())})
         print(f"\ngpuforge tests: the run changed the checkout: {changed[:10]}", file=sys.stderr)
         session.exitstatus = 1
+
+
+# --- where the run's time went: one row per test module (setup, call and teardown summed), at the end of the run ---
+_MODULE_SECONDS: dict[str, float] = {}
+_MODULE_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _MODULE_TESTS[module] = _MODULE_TESTS.get(module, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    tr = terminalreporter
+    tr.section("time per test module")
+    tr.write_line(f"{'seconds':>9} {'share':>6} {'tests':>6}  module")
+    shown = [(m, s) for m, s in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1]) if s >= 1.0 or len(_MODULE_SECONDS) <= 40]
+    for module, secs in shown:
+        tr.write_line(f"{secs:9.1f} {secs / max(total, 1e-9):6.1%} {_MODULE_TESTS.get(module, 0):6d}  {module}")
+    left = len(_MODULE_SECONDS) - len(shown)
+    tr.write_line(f"{total:9.1f} {'100%':>6} {sum(_MODULE_TESTS.values()):6d}  all {len(_MODULE_SECONDS)} modules"
+                  + (f" ({left} under 1 s not listed)" if left else "")
+                  + "; a session fixture's time (the default build) counts in the first module that uses it")
