@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
 import uuid
 
 import pytest
@@ -268,3 +269,26 @@ def test_untrusted_proxy_certificate_is_named_in_the_error(default_build, docker
 def _last_cert(bundle: str) -> str:
     begin = bundle.rindex("-----BEGIN CERTIFICATE-----")
     return bundle[begin:]
+
+
+def test_two_clones_of_one_commit_build_one_image_id(default_build, docker_engine, tmp_path, test_ca):
+    """#27: the source label held each clone's own remote (a path, `unknown`, ssh or https), so two clones of one
+    commit built two image ids and the second push was refused as a moved tag. Now: one normalised URL, one id."""
+    ids = {}
+    for name, remote in (("ssh", "git@github.com:acme/gpuforge.git"), ("https", "https://ci:t0k3n@github.com/acme/gpuforge.git")):
+        clone = tmp_path / name
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+        subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", remote], check=True, capture_output=True)
+        env = {"GPUFORGE_STATE_DIR": str(tmp_path / f"state-{name}"), "GPUFORGE_ROOT": str(clone)}
+        for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY"):
+            env[k] = ""  # the clone's own remote decides, as on a developer's machine
+        r = gpuforge("--registry", "127.0.0.1:5999", "build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain",
+                     env=env, cwd=clone)
+        assert r.returncode == 0, f"build in the {name} clone failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+        builds = json.loads((tmp_path / f"state-{name}" / "builds.json").read_text())["builds"]
+        ids[name] = builds[default_build[0].id]["image_id"]
+        labels = docker_engine.images.get(ids[name]).labels
+        assert labels.get("org.opencontainers.image.source") == "https://github.com/acme/gpuforge", labels
+    assert ids["ssh"] == ids["https"], ids
+    for tag in {t for i in set(ids.values()) for t in docker_engine.images.get(i).tags if t.startswith("127.0.0.1:5999/")}:
+        docker_engine.images.remove(tag)
