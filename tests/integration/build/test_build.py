@@ -279,10 +279,11 @@ def test_two_clones_of_one_commit_build_one_image_id(default_build, docker_engin
         clone = tmp_path / name
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
         subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", remote], check=True, capture_output=True)
-        env = {"GPUFORGE_STATE_DIR": str(tmp_path / f"state-{name}"), "GPUFORGE_ROOT": str(clone)}
+        env = {"GPUFORGE_STATE_DIR": str(tmp_path / f"state-{name}"), "GPUFORGE_ROOT": str(clone),
+               "GPUFORGE_REGISTRY": "127.0.0.1:5999"}  # tags of their own: the default build's tag stays
         for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY"):
             env[k] = ""  # the clone's own remote decides, as on a developer's machine
-        r = gpuforge("--registry", "127.0.0.1:5999", "build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain",
+        r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain",
                      env=env, cwd=clone)
         assert r.returncode == 0, f"build in the {name} clone failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
         builds = json.loads((tmp_path / f"state-{name}" / "builds.json").read_text())["builds"]
