@@ -40,6 +40,23 @@ def dist() -> Path:
     return project_root() / "images" / "dist"
 
 
+def checkout_revision(root: Path | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout, the one rule for every label and signed run block: dirty is any change git
+    reports, tracked or untracked (an untracked file under images/ or validators/ changes what is built or run);
+    ignored files do not count. (None, None) outside a git checkout or without git."""
+    import subprocess
+
+    where = str(root or project_root())
+    try:
+        rev = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        if rev.returncode != 0:
+            return None, None
+        st = subprocess.run(["git", "-C", where, "status", "--porcelain"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return rev.stdout.strip(), (bool(st.stdout.strip()) if st.returncode == 0 else None)
+
+
 def validators() -> Path:
     return project_root() / "validators"
 

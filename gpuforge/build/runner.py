@@ -89,7 +89,8 @@ def _git(*args: str) -> str:
 
 
 def git_revision() -> str:
-    rev, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
+    """org.opencontainers.image.revision: the commit, `-dirty` by paths.checkout_revision's one rule."""
+    rev, dirty = paths.checkout_revision()
     return (rev or "unknown") + ("-dirty" if rev and dirty else "")
 
 

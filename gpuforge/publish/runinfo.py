@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import getpass
 import socket
-import subprocess
 
 from gpuforge import __version__, paths
 from gpuforge.engine import containers
@@ -17,17 +16,8 @@ from gpuforge.state.promotions import RunInfo
 @functools.cache
 def _git() -> tuple[str | None, bool | None]:
     try:
-        root = paths.project_root()
-    except ConfigError:
-        return None, None
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
-        if rev.returncode != 0:
-            return None, None
-        st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, timeout=30)
-        return rev.stdout.strip(), bool(st.stdout.strip()) if st.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
+        return paths.checkout_revision()
+    except ConfigError:  # no checkout here (an installed gpuforge run elsewhere): nothing to name
         return None, None
 
 
