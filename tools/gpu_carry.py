@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("part").add_argument("n")
     sub.add_parser("import")
     sub.add_parser("measure").add_argument("steps", nargs="*")
+    sub.add_parser("cdi-spec", help="print the CDI spec this host gets (tools/gpu_run.sh writes it too)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "parts":
@@ -372,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             return part(args.n)
         if args.cmd == "import":
             return import_image()
+        if args.cmd == "cdi-spec":
+            print(CDI_SPEC, end="")
+            return 0
         return measure(args.steps)
     except Fail as e:
         print(f"gpu_carry: error: {e}", file=sys.stderr)

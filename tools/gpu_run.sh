@@ -62,22 +62,7 @@ cdi_setup() {
     mkdir -p /etc/docker /etc/cdi
     echo '{"features": {"cdi": true}}' > /etc/docker/daemon.json
     # What `nvidia-ctk cdi generate` describes for this host: the device nodes, the driver's folder, its libraries.
-    cat > /etc/cdi/nvidia.yaml <<'Y'
-cdiVersion: "0.6.0"
-kind: nvidia.com/gpu
-devices:
-  - name: "0"
-    containerEdits:
-      deviceNodes: [{path: /dev/nvidia0}]
-  - name: all
-    containerEdits:
-      deviceNodes: [{path: /dev/nvidia0}]
-containerEdits:
-  deviceNodes: [{path: /dev/nvidiactl}, {path: /dev/nvidia-uvm}, {path: /dev/nvidia-uvm-tools}]
-  mounts:
-    - {hostPath: /usr/local/nvidia, containerPath: /usr/local/nvidia, options: [ro, nosuid, nodev, bind]}
-  env: [LD_LIBRARY_PATH=/usr/local/nvidia/lib64, NVIDIA_VISIBLE_DEVICES=void]
-Y
+    python3 tools/gpu_carry.py cdi-spec > /etc/cdi/nvidia.yaml  # one home for the spec: tools/gpu_carry.py
     # a machine kept warm between calls still has the engine and the imported userland: reuse them
     docker info >/dev/null 2>&1 || (setsid dockerd --iptables=false --bridge=none > /tmp/dockerd.log 2>&1 &)
     for _ in $(seq 40); do docker info >/dev/null 2>&1 && break; sleep 1; done
