@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from gpuforge import grammar
 from gpuforge.errors import ConfigError
-from gpuforge.plan import grammar
-from gpuforge.plan.schema import GPU_REQUESTS
+from gpuforge.grammar import GPU_REQUESTS
 
 PEM_MARK = b"-----BEGIN CERTIFICATE-----"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.grammar import GPU_REQUESTS
 from gpuforge.image.expected import FIELDS, Expected, ExpectedError
-from gpuforge.plan.schema import GPU_REQUESTS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent  # the checkout: images/programs and gpuforge/image for local:// and ssh:// hosts

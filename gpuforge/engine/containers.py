@@ -22,7 +22,7 @@ import requests.exceptions
 from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
-from gpuforge.plan.schema import GPU_REQUESTS
+from gpuforge.grammar import GPU_REQUESTS
 
 RUN_LABEL = "io.gpuforge.run"
 _OWN_RUN_ID = uuid.uuid4().hex[:12]

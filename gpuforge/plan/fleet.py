@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuforge import grammar
 from gpuforge.errors import SelectorError
 from gpuforge.image import compat
-from gpuforge.plan import grammar, selectors
+from gpuforge.plan import selectors
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 
 from packaging.utils import canonicalize_name
 
-from gpuforge import options
+from gpuforge import grammar, options
 from gpuforge.errors import ConfigError, SelectorError
 from gpuforge.image import compat
-from gpuforge.plan import fleet, grammar, selectors
+from gpuforge.plan import fleet, selectors
 from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
 from gpuforge.plan.schema import field as field_name
 from gpuforge.plan.target import ImageRef, Target, target_id

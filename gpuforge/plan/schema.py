@@ -1,4 +1,4 @@
-"""The shape of matrix.yaml (pydantic, with gpuforge.plan.grammar for every string that reaches a Dockerfile, a
+"""The shape of matrix.yaml (pydantic, with gpuforge.grammar for every string that reaches a Dockerfile, a
 shell or a tag), and the translation of its errors into one file:line message per problem."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpuforge import grammar
 from gpuforge.errors import ConfigError
+from gpuforge.grammar import GPU_REQUESTS
 from gpuforge.image import compat
-from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned
 
 AXES = ("torch", "cuda", "python", "os", "flavor", "source")
@@ -19,7 +20,6 @@ SOURCES = ("cuda-base", "wheels")
 ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --to)
 # How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
 # --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
-GPU_REQUESTS = ("nvidia", "cdi")
 # What tag_template and aliases may name ({env} only in aliases), and what cuda_base_image may name.
 TAG_FIELDS = (*AXES, "id", "cuda_tag")
 CUDA_BASE_FIELDS = ("cuda_full", "cudnn_tag", "flavor", "os")

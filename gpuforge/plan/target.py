@@ -7,9 +7,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 
+from gpuforge import grammar
 from gpuforge.image import compat
 from gpuforge.image.expected import Expected
-from gpuforge.plan import grammar
 from gpuforge.plan.schema import AXES, Settings
 
 

@@ -24,9 +24,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpuforge import options
+from gpuforge import grammar, options
 from gpuforge.errors import ConfigError, CveGateRed
-from gpuforge.plan import grammar
 from gpuforge.plan.yamlpos import Positioned, load
 from gpuforge.state import files
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import jinja2
 
-from gpuforge import paths
+from gpuforge import grammar, paths
 from gpuforge.errors import ConfigError
-from gpuforge.plan import grammar
 from gpuforge.plan.matrix import Target
 from gpuforge.render import locks
 from gpuforge.render.labels import LICENSES, expected_labels
@@ -26,7 +25,7 @@ from gpuforge.render.packages import image_spec, metrics_tools, pip_tools
 PER_TARGET = ("Dockerfile", "target.json", "constraints.txt")
 
 
-# Defence in depth behind gpuforge.plan.grammar: what the template renders from matrix.yaml is quoted, so a value
+# Defence in depth behind gpuforge.grammar: what the template renders from matrix.yaml is quoted, so a value
 # that slipped past a check still cannot add a Dockerfile instruction, a shell command or an option.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./?#&~-]+\Z")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuforge.plan import grammar
+from gpuforge import grammar
 
 GOOD = [
     (grammar.apt_package, ["vim", "g++", "libc6-dev", "python3.11", "vim=2:9.0.1378-2", "ca-certificates=20230311"]),

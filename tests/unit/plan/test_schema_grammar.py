@@ -1,4 +1,4 @@
-"""matrix.schema.json carries the string grammars the loader enforces (gpuforge.plan.grammar's regexes, one home),
+"""matrix.schema.json carries the string grammars the loader enforces (gpuforge.grammar's regexes, one home),
 so editors and check-jsonschema refuse what `gpuforge plan` refuses: the committed matrix passes the real
 check-jsonschema, hostile values from the hostile-matrix table fail it at their field, and everything the
 loader accepts also matches the schema's pattern (ECMAScript, as editors and check-jsonschema read it)."""
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_grammar import BAD, GOOD
 
 from conftest import ROOT
-from gpuforge.plan import grammar
+from gpuforge import grammar
 from gpuforge.plan.schema import TAG_FIELDS, json_schema
 
 CHECK_JSONSCHEMA = str(Path(sys.executable).with_name("check-jsonschema"))

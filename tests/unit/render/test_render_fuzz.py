@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
+from gpuforge import grammar
 from gpuforge.errors import ConfigError
-from gpuforge.plan import grammar
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
 
