@@ -232,3 +232,19 @@ print(json.dumps(seen))
                        check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.splitlines()[-1]) == []
+
+
+def rules_table() -> str:
+    """ALLOWED as docs/architecture.md shows it (the page is checked against this, like docs/options.md)."""
+    rows = ["| module or folder | may import |", "|---|---|"]
+    for name, allowed in ALLOWED.items():
+        shown = "everything" if "*" in allowed else ", ".join(f"`{a}`" for a in sorted(allowed)) or "nothing of gpuforge"
+        rows.append(f"| `{name}` | {shown} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_architecture_page_shows_the_import_rules():
+    page = (paths.project_root() / "docs" / "architecture.md").read_text()
+    assert rules_table() in page, ("docs/architecture.md's import rules are stale: paste the output of "
+                                   "`python -c 'import sys; sys.path[:0] = [\"tests/unit/core\", \".\"]; "
+                                   "import test_imports; print(test_imports.rules_table())'`")
