@@ -247,26 +247,7 @@ class _Runner:
             labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
             argv = build_argv(self.driver, t, root, iid, self.opts, labels,
                               meta if self.driver.name == "buildx" else None)
-            with files.open_log(r.log) as log:  # line-buffered: the log can be tailed live
-                shown = redact("+ " + " ".join(argv))
-                log.write(shown + "\n")
-                if self.plain:
-                    print(f"[{t.id}] {shown}", flush=True)
-                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", env={**os.environ, "DOCKER_BUILDKIT": "1"})
-                with self.lock:
-                    self.procs.add(proc)
-                try:
-                    for line in proc.stdout:
-                        line = redact(line.rstrip("\n"))
-                        log.write(line + "\n")
-                        r.last_line = line[-120:]
-                        if self.plain:
-                            print(f"[{t.id}] {line}", flush=True)
-                    rc = proc.wait()
-                finally:
-                    with self.lock:
-                        self.procs.discard(proc)
+            rc = self._stream(t, argv, r)
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
                 r.state = "failed"
@@ -276,11 +257,8 @@ class _Runner:
                     return r
                 why = "interrupted" if self.stop.is_set() else f"exit {rc}"
                 cause = None if self.stop.is_set() else diagnose(r.log.read_text(errors="replace"))
-                r.error = (f"build failed ({why}): {cause}; log: {r.log}" if cause else
-                           f"build failed ({why}); log: {r.log}; last line: {r.last_line}")
-                if not self.opts.keep_going:
-                    self.kill_all()
-                return r
+                return self._failed(r, f"build failed ({why}): {cause}; log: {r.log}" if cause else
+                                    f"build failed ({why}); log: {r.log}; last line: {r.last_line}")
             metadata = json.loads(meta.read_text()) if meta.exists() else None
             image_id = engine.built_image_id(iid.read_text(), metadata)
             kind = str(((metadata or {}).get("containerimage.descriptor") or {}).get("mediaType", ""))
@@ -289,21 +267,45 @@ class _Runner:
         except EngineError as e:
             problem = str(e)
         if problem:
-            r.state, r.error = "failed", f"build check failed: {problem}"
-            if not self.opts.keep_going:
-                self.kill_all()
-            return r
+            return self._failed(r, f"build check failed: {problem}")
         img = engine.client().images.get(image_id)
         size = int(img.attrs.get("Size", 0))
         print(f"gpuforge: {t.id}: {sizecheck.note(t.id, size, self.engine.store)}", flush=True)
         problem = sizecheck.problem(t.id, size, self.engine.store)
         if problem:
-            r.state, r.error = "failed", f"build check failed: {problem}"
-            if not self.opts.keep_going:
-                self.kill_all()
-            return r
+            return self._failed(r, f"build check failed: {problem}")
         self._tag(t, img, r, recipe, size, index="index" in kind, argv=argv)
         return r
+
+    def _failed(self, r: Result, error: str) -> Result:
+        """This target failed: the others stop too, unless --keep-going."""
+        r.state, r.error = "failed", error
+        if not self.opts.keep_going:
+            self.kill_all()
+        return r
+
+    def _stream(self, t: Target, argv: list[str], r: Result) -> int:
+        """Run BuildKit, each output line redacted into the log (line-buffered: tail it live) and, plain, on stdout."""
+        with files.open_log(r.log) as log:
+            shown = redact("+ " + " ".join(argv))
+            log.write(shown + "\n")
+            if self.plain:
+                print(f"[{t.id}] {shown}", flush=True)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", env={**os.environ, "DOCKER_BUILDKIT": "1"})
+            with self.lock:
+                self.procs.add(proc)
+            try:
+                for line in proc.stdout:
+                    line = redact(line.rstrip("\n"))
+                    log.write(line + "\n")
+                    r.last_line = line[-120:]
+                    if self.plain:
+                        print(f"[{t.id}] {line}", flush=True)
+                return proc.wait()
+            finally:
+                with self.lock:
+                    self.procs.discard(proc)
 
     def _tag(self, t: Target, img, r: Result, recipe: str, size: int, *, index: bool, argv: list[str]) -> None:
         """Record the build, then move its tags: a tag never points at an image its record does not name.
