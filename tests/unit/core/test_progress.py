@@ -55,7 +55,8 @@ def test_validate_progress_counts_checks_done_of_total(tmp_path, capsys):
         "@pytest.fixture\n"
         "def broken(): raise RuntimeError\n"
         "def test_d(broken): pass\n")
-    w = Watch([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_x.py")],
+    w = Watch([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+               str(tmp_path / "test_x.py")],
               dict(os.environ), label="demo", plain=True)
     assert w.wait() == 1
     assert (w.total, w.done) == (4, 4)
