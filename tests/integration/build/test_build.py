@@ -9,6 +9,7 @@ import subprocess
 import uuid
 
 import pytest
+from second_engine import checkout_snapshot
 
 from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge.build import runner as build
@@ -188,15 +189,13 @@ def test_cache_flags_on_the_classic_driver_are_refused_not_dropped():
             build.build_targets([t], build.BuildOptions(driver="classic", **opts))
 
 
-def test_stale_generated_files_block_a_build():
-    f = ROOT / "images" / "dist" / records_default_id() / "target.json"
-    saved = f.read_bytes()
-    try:
-        f.write_bytes(saved + b"# drift\n")
-        r = gpuforge("build")
-        assert r.returncode == 2 and "stale" in r.stderr
-    finally:
-        f.write_bytes(saved)
+def test_stale_generated_files_block_a_build(tmp_path):
+    # on a copy of the checkout (GPUFORGE_ROOT): the suite never writes into the real one
+    snap = checkout_snapshot(ROOT, tmp_path / "checkout")
+    f = snap / "images" / "dist" / records_default_id() / "target.json"
+    f.write_bytes(f.read_bytes() + b"# drift\n")
+    r = gpuforge("build", env={"GPUFORGE_ROOT": str(snap)}, cwd=snap)
+    assert r.returncode == 2 and "stale" in r.stderr, r.stderr
 
 
 def records_default_id() -> str:
