@@ -15,7 +15,11 @@ Each start is timed from just before `docker run` (this process's clock; the con
   run_s            `docker run` returning (the first aot start waits for its background build)
 The ratio is cold (the way's first start) over the median of the warm starts; best, median and spread are printed.
 
-  python3 tools/warm_bench.py --image IMAGE [--warm 5] [--baselines 2] [--ways aot,artifacts] [--json F] [--md F]
+  python3 tools/warm_bench.py --image IMAGE [--warm 5] [--baselines 2] [--ways aot,artifacts] [--overlap-ab]
+                              [--json F] [--md F]
+
+--overlap-ab: the aot way's warm starts alternate with ones run with GPUFORGE_WARM_OVERLAP=0 (no CUDA context or
+hashing while torch is imported), so the overlap's gain is a ratio measured side by side.
 
 Runs where Docker and a GPU are (the GPU machine, through tools/gpu_carry.py measure warm). Bad input: exit 64.
 """
@@ -64,21 +68,35 @@ def stats(xs: list[float]) -> dict:
             "spread": round(max(xs) - min(xs), 2), "n": len(xs)}
 
 
-def way(image: str, name: str, warm: int, gpu: list[str]) -> dict:
+def way(image: str, name: str, warm: int, gpu: list[str], overlap_ab: bool = False) -> dict:
+    """The way's cold start, then its warm starts; with overlap_ab (aot), each warm start is followed by one with
+    GPUFORGE_WARM_OVERLAP=0, interleaved so both see the same machine, and both medians are given."""
+    off: list = []
     with tempfile.TemporaryDirectory(prefix=f"warm-{name}-") as vol:
         os.chmod(vol, 0o777)  # the image's user (uid 1000) writes the package or artifacts there
         cold = start(image, WAYS[name], vol, gpu)
-        warms = [start(image, WAYS[name], vol, gpu) for _ in range(warm)]
+        warms = []
+        for _ in range(warm):
+            warms.append(start(image, WAYS[name], vol, gpu))
+            if overlap_ab:
+                off.append(start(image, {**WAYS[name], "GPUFORGE_WARM_OVERLAP": "0"}, vol, gpu))
         files = sorted(os.listdir(vol))
-    ok = [w for w in warms if "error" not in w]
+    ok = [w for w in warms + off if "error" not in w]
     res = {"cold": cold, "warm": warms, "volume_files": files}
+    if off:
+        res["warm_overlap_off"] = off
+    warms = warms + off  # every warm start must load and be correct; the ratio is the default's (overlap on)
     if "error" in cold or len(ok) != len(warms):
         res["error"] = cold.get("error") or next(w["error"] for w in warms if "error" in w)
         return res
     if name == "aot" and not all(w["aot"] == "loaded" for w in warms):
         res["error"] = f"a warm start did not load the package: {[w['aot'] for w in warms]}"
         return res
+    warms = res["warm"]
     ws = stats([w["first_correct_s"] for w in warms])
+    if off:
+        wo = stats([w["first_correct_s"] for w in off])
+        res.update(warm_overlap_off_first_correct=wo, overlap_gain_median=round(wo["median"] / ws["median"], 3))
     res.update(warm_first_correct=ws, warm_run=stats([w["run_s"] for w in warms]),
                ratio_median=round(cold["first_correct_s"] / ws["median"], 2),
                ratio_best=round(cold["first_correct_s"] / ws["best"], 2))
@@ -89,7 +107,8 @@ def markdown(r: dict) -> str:
     lines = ["| way | start | first correct inference (s) | mode ready (s) | docker run (s) | rel err | warm start |",
              "|---|---|---|---|---|---|---|"]
     for name, w in r["ways"].items():
-        rows = [("cold", w["cold"])] + [(f"warm {i + 1}", x) for i, x in enumerate(w.get("warm", []))]
+        rows = [("cold", w["cold"])] + [(f"warm {i + 1}", x) for i, x in enumerate(w.get("warm", []))] + \
+            [(f"warm {i + 1}, overlap off", x) for i, x in enumerate(w.get("warm_overlap_off", []))]
         for label, x in rows:
             err = f"{x['rel_err']:.1e}" if isinstance(x.get("rel_err"), float) else ""
             lines.append(f"| {name} | {label} | {x['first_correct_s']} | {x['mode_ready_s']} | {x['run_s']} | {err} | "
@@ -98,6 +117,11 @@ def markdown(r: dict) -> str:
             s = w["warm_first_correct"]
             lines.append(f"| {name} | **cold / warm** | **{w['ratio_median']}x** median ({w['ratio_best']}x best); warm "
                          f"median {s['median']} s, best {s['best']}, max {s['max']}, spread {s['spread']} (n={s['n']}) | | | | |")
+        if "warm_overlap_off_first_correct" in w:
+            s = w["warm_overlap_off_first_correct"]
+            lines.append(f"| {name} | **overlap off** | warm median {s['median']} s, best {s['best']}, spread "
+                         f"{s['spread']} (n={s['n']}): the overlap thread saves **{w['overlap_gain_median']}x** "
+                         f"(median off / median on) | | | | |")
     if "first_start" in r:
         f = r["first_start"]
         lines.append(f"\nFirst start's mode ready: {f['with_package_s']} s with the package built in the background, "
@@ -112,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baselines", type=int, default=2, help="starts with no package (the aot way's first-start bar)")
     ap.add_argument("--ways", default="aot,artifacts")
     ap.add_argument("--gpu", default="nvidia.com/gpu=all", help="the CDI device to give")
+    ap.add_argument("--overlap-ab", action="store_true",
+                    help="aot: each warm start is also run with GPUFORGE_WARM_OVERLAP=0, interleaved")
     ap.add_argument("--json")
     ap.add_argument("--md")
     args = ap.parse_args(argv)
@@ -126,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             os.chmod(vol, 0o777)
             r["no_package"] = [start(args.image, WAYS["none"], vol, gpu) for _ in range(args.baselines)]
     for name in ways:
-        r["ways"][name] = way(args.image, name, args.warm, gpu)
+        r["ways"][name] = way(args.image, name, args.warm, gpu, overlap_ab=args.overlap_ab and name == "aot")
         print(f"warm_bench: {name}: {json.dumps({k: v for k, v in r['ways'][name].items() if k not in ('cold', 'warm')})}",
               flush=True)
     base = [b["mode_ready_s"] for b in r.get("no_package", []) if b.get("mode_ready_s")]
@@ -134,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     if base and first:
         r["first_start"] = {"with_package_s": first, "no_package_s": min(base), "baselines": len(base),
                             "ratio": round(first / min(base), 3)}
-    r["summary"] = {n: {k: w.get(k) for k in ("ratio_median", "ratio_best", "warm_first_correct", "error")}
+    r["summary"] = {n: {k: w.get(k) for k in ("ratio_median", "ratio_best", "warm_first_correct", "overlap_gain_median",
+                                              "error")}
                     for n, w in r["ways"].items()} | {"first_start": r.get("first_start")}
     if args.json:
         with open(args.json, "w") as f:

@@ -88,6 +88,24 @@ def aoti(a: dict, th: dict) -> list[str]:
     return [] if ok else [f"the AOTInductor package's output is off eager by {a['rel_err']:.2e} (>= {th['aoti_rel_err']})"]
 
 
+# torch.compile modes the smoke compiles one fused GEMM epilogue in; each must be there and match eager
+COMPILE_MODES = ("reduce-overhead", "max-autotune-no-cudagraphs")
+COMPILE_MODE_REL_ERR = 1e-3  # fp32 (TF32 off) against eager: a mode that is wrong, not merely rounded
+
+
+def compile_modes(c: dict, th: dict | None = None) -> list[str]:
+    out = []
+    for mode in COMPILE_MODES:
+        m = c.get(mode)
+        if not isinstance(m, dict):
+            out.append(f"mode {mode} did not run")
+        elif "error" in m:
+            out.append(f"mode {mode}: {m['error'][-300:]}")
+        elif not m["rel_err"] < COMPILE_MODE_REL_ERR:
+            out.append(f"mode {mode} is off eager by {m['rel_err']:.2e} (>= {COMPILE_MODE_REL_ERR})")
+    return out
+
+
 def fusion_kernels(f: dict, th: dict | None = None) -> list[str]:
     out = []
     if f["eager_kernels"] != 3:
@@ -133,6 +151,7 @@ VERDICTS: dict[str, tuple[Callable[[dict, dict], list[str]], ...]] = {
     "aoti_cpp": (aoti,),
     "fusion": (fusion_kernels, fusion_bandwidth),
     "compile_cache": (compile_cache_hits, compile_cache_speedup),
+    "compile_modes": (compile_modes,),
 }
 
 

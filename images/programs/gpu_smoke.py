@@ -207,24 +207,62 @@ def _mm_bias_gelu(a, w, b):
     return torch.nn.functional.gelu(a @ w + b)
 
 
+COMPILE_MODES = smoke_verdicts.COMPILE_MODES
+# Set by --compile-mode (this process compiles that mode only) or --compile-modes-apart (each mode in a child
+# process of its own, all at once: max-autotune's GEMM tuning is most of the check, and reduce-overhead no longer
+# waits behind it). A plain or --serial run compiles them here, one after another.
+_MODES: dict = {"only": None, "apart": False}
+
+
+def _compile_one_mode(mode: str, a, w, b, ref) -> dict:
+    import torch
+
+    torch._dynamo.reset()
+    t0 = time.perf_counter()
+    f = torch.compile(_mm_bias_gelu, mode=mode)
+    for _ in range(3):  # reduce-overhead records its CUDA graph on a later call
+        got = f(a, w, b).clone()
+    torch.cuda.synchronize()
+    err = _rel_err(got, ref)
+    return {"rel_err": err, "compile_s": round(time.perf_counter() - t0, 2), "ok": err < smoke_verdicts.COMPILE_MODE_REL_ERR}
+
+
+def _compile_modes_apart(modes) -> dict:
+    """Each mode in a fresh process of this program (--compile-mode M), concurrently; their results merged."""
+    procs = {}
+    for mode in modes:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")}
+        procs[mode] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", "compile_modes",
+                                        "--compile-mode", mode, "--thresholds", json.dumps(TH)],
+                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict = {}
+    for mode, p in procs.items():
+        try:
+            text, errs = p.communicate(timeout=1800)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, errs = p.communicate()
+        try:
+            out[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
+        except (IndexError, KeyError, TypeError, json.JSONDecodeError):
+            out[mode] = {"ok": False, "error": f"mode process exit {p.returncode}: {(errs + text)[-2000:]}"}
+    return out
+
+
 def check_compile_modes() -> dict:
     import torch
 
-    torch.manual_seed(0)
-    a, w, b = (torch.randn(512, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"), torch.randn(1024, device="cuda"))
-    torch.backends.cuda.matmul.allow_tf32 = False
-    ref = _mm_bias_gelu(a, w, b)
-    out = {}
-    for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
-        torch._dynamo.reset()
-        t0 = time.perf_counter()
-        f = torch.compile(_mm_bias_gelu, mode=mode)
-        for _ in range(3):  # reduce-overhead records its CUDA graph on a later call
-            got = f(a, w, b).clone()
-        torch.cuda.synchronize()
-        err = _rel_err(got, ref)
-        out[mode] = {"rel_err": err, "compile_s": round(time.perf_counter() - t0, 2), "ok": err < 1e-3}
-    out["ok"] = all(v["ok"] for v in out.values() if isinstance(v, dict))
+    modes = (_MODES["only"],) if _MODES["only"] else COMPILE_MODES
+    if _MODES["apart"] and len(modes) > 1:
+        out = _compile_modes_apart(modes)
+    else:
+        torch.manual_seed(0)
+        a, w, b = (torch.randn(512, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"),
+                   torch.randn(1024, device="cuda"))
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ref = _mm_bias_gelu(a, w, b)
+        out = {mode: _compile_one_mode(mode, a, w, b, ref) for mode in modes}
+    out["ok"] = all(v.get("ok") for v in out.values() if isinstance(v, dict))
     return out
 
 
@@ -692,7 +730,8 @@ def spawn_isolated(name: str, thresholds: dict):
     t0 = time.perf_counter()
     out = tempfile.TemporaryFile(mode="w+")  # files, not pipes: a chatty child never blocks on a full pipe
     err = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", name,
+    apart = ["--compile-modes-apart"] if name == "compile_modes" else []
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", name, *apart,
                           "--thresholds", json.dumps(thresholds)], env=env, stdout=out, stderr=err, text=True)
 
     def result() -> dict:
@@ -775,7 +814,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", help="JSON object of bars (the host toolkit's smoke_thresholds); default: the compat data's")
     ap.add_argument("--serial", action="store_true", help="every check here, one after another (no child processes)")
     ap.add_argument("--isolate", default=",".join(ISOLATED), help="checks run each in a fresh process, concurrently")
+    ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile_modes: only this mode")
+    ap.add_argument("--compile-modes-apart", action="store_true",
+                    help="compile_modes: each mode in a process of its own, concurrently")
     args = ap.parse_args(argv)
+    _MODES.update(only=args.compile_mode, apart=args.compile_modes_apart)
     TH.clear()
     TH.update(json.loads(args.thresholds) if args.thresholds else smoke_verdicts.default_thresholds())
     every = {**CHECKS, **EXTRA}

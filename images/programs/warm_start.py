@@ -10,6 +10,9 @@
 
   GPUFORGE_AOT_WEIGHTS=FILE[:FILE]  the checkpoint file(s) the model's weights come from: their sha256 stands in
                                   for the weights, so a start can check the key without building the model
+  GPUFORGE_WARM_OVERLAP=1|0       a package start with no GPUFORGE_WARMUP: while torch is imported, a thread
+                                  retains the GPU's primary CUDA context and hashes the package and its
+                                  reference (1, the default); 0 does neither
 
 With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
 model function and a sha256 of its source file, the weights) and whose bytes match the key's sha256 is loaded
@@ -150,12 +153,93 @@ def rel_err(got, want) -> float:
     return (num ** 0.5) / max(den ** 0.5, 1e-30)
 
 
+def _stat_id(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_HASHED: dict = {}  # path -> (stat id, sha256): what the overlap thread hashed while torch was imported
+
+
 def file_sha256(path: str) -> str:
+    """The file's sha256; the overlap thread's digest when the file is still the one it read (same device, inode,
+    size and mtime: an os.replace'd package is a new inode, so it is hashed again)."""
+    pre = _HASHED.get(path)
+    if pre is not None and pre[0] == _stat_id(path):
+        return pre[1]
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# --- overlap: what a warm start can do while `import torch` runs (1.6-2.1 s on the H200) -----------------------
+# Both release the GIL: the driver's calls through ctypes and hashlib over 1 MiB chunks. GPUFORGE_WARM_OVERLAP=0
+# turns it off (tools/warm_bench.py --overlap-ab measures both side by side).
+
+def cuda_primary_context(device: int = 0) -> str:
+    """Create (retain) the device's primary CUDA context through the driver, before torch is imported: the CUDA
+    runtime torch uses adopts the primary context, so torch's first CUDA call no longer pays its creation.
+    "" when retained, else why not (no driver, no GPU: the start goes on as before)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return f"no driver library ({e})"
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for name, call in (("cuInit", lambda: cuda.cuInit(0)),
+                       ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(dev), device)),
+                       ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))):
+        rc = call()
+        if rc != 0:
+            return f"{name} returned CUDA error {rc}"
+    return ""  # never released: torch uses this context for the life of the process
+
+
+def overlap_enabled(env=os.environ) -> bool | None:
+    """GPUFORGE_WARM_OVERLAP: unset or 1 -> on, 0 -> off, anything else -> None (bad input)."""
+    value = env.get("GPUFORGE_WARM_OVERLAP", "1")
+    return {"1": True, "0": False}.get(value)
+
+
+def start_overlap(files: list[str]):
+    """A thread that retains the CUDA context and hashes `files` (the package and its reference) while the main
+    thread imports torch. Returns join() -> {"overlap_s", "cuda_context"}: call it before the first CUDA use."""
+    import threading
+
+    got: dict = {}
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        why = cuda_primary_context()
+        got["cuda_context"] = "retained before import torch" if not why else f"not retained: {why}"
+        for path in files:
+            before = _stat_id(path)
+            if before is None:
+                continue
+            try:
+                h = hashlib.sha256()
+                with open(path, "rb") as f:
+                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                        h.update(chunk)
+            except OSError:
+                continue
+            if _stat_id(path) == before:  # replaced while read: leave it to the check, which hashes it again
+                _HASHED[path] = (before, h.hexdigest())
+        got["overlap_s"] = round(time.perf_counter() - t0, 3)
+
+    t = threading.Thread(target=work, name="gpuforge-warm-overlap", daemon=True)
+    t.start()
+
+    def join() -> dict:
+        t.join()
+        return dict(got)
+    return join
 
 
 def package_usable(package: str, facts: dict) -> tuple[bool, str]:
@@ -583,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-only", action="store_true", help="build the AOTInductor package if needed (background)")
     args = ap.parse_args(argv)
     job = os.environ.get("GPUFORGE_AOT_BUILD_JOB") or None  # set by the entrypoint: build in the background
+    overlap = overlap_enabled()
+    if overlap is None:
+        return fail(f"GPUFORGE_WARM_OVERLAP={os.environ['GPUFORGE_WARM_OVERLAP']!r}: use 1 (the default) or 0")
     if args.warmup and not SPEC.match(args.warmup):
         return fail(f"GPUFORGE_WARMUP={args.warmup!r}: use module:function (e.g. myapp.serve:warmup)")
     if args.aot_package:
@@ -607,9 +694,16 @@ def main(argv: list[str] | None = None) -> int:
             return fail(f"{type(e).__name__}: {e} (GPUFORGE_AOT_MODEL={args.aot_model!r})")
         return build_only(args.aot_package, make_model, args.aot_model)
     rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts, "aot_package": args.aot_package}
+    # Only for a package start with no user warm-up: the package's key check touches CUDA before any user code
+    # runs, so an early context changes nothing for it; a user warm-up that forks workers before its first CUDA
+    # call must not find the driver initialised in its parent.
+    join = start_overlap([args.aot_package, ref_path(args.aot_package)]) if overlap and args.aot_package \
+        and not args.warmup else None
     import torch
 
     rep["import_s"] = round(time.perf_counter() - T_START, 3)
+    if join is not None:
+        rep.update(join())
     if args.artifacts and os.path.exists(args.artifacts):
         t0 = time.perf_counter()
         # torch 2.7.1: load_cache_artifacts as the first touch of torch.compiler._cache is a circular import

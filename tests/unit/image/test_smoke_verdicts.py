@@ -26,6 +26,8 @@ GOOD = {
     "fusion": {"eager_kernels": 3, "compiled_kernels": 1, "equal": True, "compiled_gbs": 3000.0, "copy_gbs": 3200.0},
     "compile_cache": {"warm_fxgraph_cache_hit": 1, "warm_fxgraph_cache_miss": 0, "warm_counters": {}, "cold_s": 20.0,
                       "warm_s": 2.0},
+    "compile_modes": {"reduce-overhead": {"rel_err": 1e-9, "compile_s": 4.0},
+                      "max-autotune-no-cudagraphs": {"rel_err": 6e-7, "compile_s": 31.0}},
 }
 # (check, a figure path, a bad value, words of the problem)
 BAD = [
@@ -45,6 +47,10 @@ BAD = [
     ("fusion", ("compiled_gbs",), 100.0, "of the device copy"),
     ("compile_cache", ("warm_fxgraph_cache_miss",), 1, "did not hit Inductor's FX graph cache"),
     ("compile_cache", ("warm_s",), 15.0, "(< 3.0x)"),
+    ("compile_modes", ("max-autotune-no-cudagraphs", "rel_err"), 0.2, "mode max-autotune-no-cudagraphs is off eager"),
+    ("compile_modes", ("reduce-overhead",), None, "mode reduce-overhead did not run"),
+    ("compile_modes", ("reduce-overhead",), {"ok": False, "error": "mode process exit 1: boom"},
+     "mode reduce-overhead: mode process exit 1: boom"),
 ]
 
 

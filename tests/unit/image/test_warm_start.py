@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -387,3 +388,50 @@ def test_with_the_entrypoints_job_file_the_build_is_left_to_the_background(ws, f
     assert ws.build_only(pkg, _make, "mod:make") == 0 and len(fake.built) == 1  # already built: not again
     monkeypatch.setattr(ws, "open_package", lambda p: lambda *a: "output")
     assert ws.aot_start(pkg, _make, "mod:make", have_warmup=False, job=job)["aot"] == "loaded"
+
+
+# --- the overlap thread (GPUFORGE_WARM_OVERLAP): hashes ahead of the key check, never a stale digest ---------------
+
+def test_overlap_hash_is_used_only_for_the_file_it_read(ws, tmp_path, monkeypatch):
+    monkeypatch.setattr(ws, "_HASHED", {})
+    monkeypatch.setattr(ws, "cuda_primary_context", lambda device=0: "no GPU here")
+    pkg = tmp_path / "m.pt2"
+    pkg.write_bytes(b"first package")
+    got = ws.start_overlap([str(pkg), str(tmp_path / "absent.ref.pt")])()
+    assert got["cuda_context"] == "not retained: no GPU here" and got["overlap_s"] >= 0
+    assert set(ws._HASHED) == {str(pkg)}  # the absent file is left to the check
+    assert ws.file_sha256(str(pkg)) == hashlib.sha256(b"first package").hexdigest()
+    # a package replaced after the thread read it (publish_package's os.replace: a new inode) is hashed again
+    new = tmp_path / "new.pt2"
+    new.write_bytes(b"second package!")
+    os.replace(new, pkg)
+    assert ws.file_sha256(str(pkg)) == hashlib.sha256(b"second package!").hexdigest()
+
+
+def test_overlap_digest_planted_for_other_bytes_is_not_trusted(ws, tmp_path, monkeypatch):
+    pkg = tmp_path / "m.pt2"
+    pkg.write_bytes(b"bytes")
+    monkeypatch.setattr(ws, "_HASHED", {str(pkg): ((0, 0, 5, 0), "0" * 64)})  # another file's stat
+    assert ws.file_sha256(str(pkg)) == hashlib.sha256(b"bytes").hexdigest()
+
+
+def test_cuda_context_without_a_driver_says_why(ws, monkeypatch):
+    import ctypes
+
+    def no_lib(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", no_lib)
+    assert ws.cuda_primary_context().startswith("no driver library (libcuda.so.1")
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, True), ("1", True), ("0", False), ("yes", None), ("", None)])
+def test_overlap_setting_grammar(ws, value, want):
+    env = {} if value is None else {"GPUFORGE_WARM_OVERLAP": value}
+    assert ws.overlap_enabled(env) is want
+
+
+def test_bad_overlap_setting_is_one_line_exit_64():
+    r = subprocess.run([sys.executable, str(PROG)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GPUFORGE_WARM_OVERLAP": "fast"})
+    assert r.returncode == 64 and "GPUFORGE_WARM_OVERLAP='fast': use 1 (the default) or 0" in r.stderr
+    assert "Traceback" not in r.stderr
