@@ -419,7 +419,8 @@ def test_cuda_context_without_a_driver_says_why(ws, monkeypatch):
     import ctypes
 
     def no_lib(name, *a, **k):
-        raise OSError(f"{name}: cannot open shared object file")
+        msg = f"{name}: cannot open shared object file"
+        raise OSError(msg)
     monkeypatch.setattr(ctypes, "CDLL", no_lib)
     assert ws.cuda_primary_context().startswith("no driver library (libcuda.so.1")
 
