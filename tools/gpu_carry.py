@@ -307,7 +307,7 @@ def step_metrics(out: Path) -> dict:
 
 
 def step_warm(out: Path) -> dict:
-    res = _timed(out, "warm", [sys.executable, "tools/warm_bench.py", "--image", IMAGE_NAME, "--json",
+    res = _timed(out, "warm", [sys.executable, "tools/warm_bench.py", "--image", IMAGE_NAME, "--overlap-ab", "--json",
                                str(out / "warm.json"), "--md", str(out / "warm.md")])
     if (out / "warm.json").exists():
         res["summary"] = json.loads((out / "warm.json").read_text()).get("summary")

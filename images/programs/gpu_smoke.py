@@ -250,12 +250,12 @@ def _compile_modes_apart(modes) -> dict:
 
 
 def check_compile_modes() -> dict:
-    import torch
-
     modes = (_MODES["only"],) if _MODES["only"] else COMPILE_MODES
     if _MODES["apart"] and len(modes) > 1:
         out = _compile_modes_apart(modes)
     else:
+        import torch
+
         torch.manual_seed(0)
         a, w, b = (torch.randn(512, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"),
                    torch.randn(1024, device="cuda"))
@@ -833,7 +833,9 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     checks = run_checks(names, every, serial=args.serial, isolated=tuple(n for n in args.isolate.split(",") if n),
                         spawn=lambda n: spawn_isolated(n, TH),
-                        judge=lambda n, res: smoke_verdicts.judge(n, res, TH), log=lambda line: print(line, file=sys.stderr))
+                        # one mode's process gives its figures to the parent, which judges both modes together
+                        judge=(lambda n, res: res) if args.compile_mode else lambda n, res: smoke_verdicts.judge(n, res, TH),
+                        log=lambda line: print(line, file=sys.stderr))
     report: dict = {"checks": checks, "thresholds": TH,
                     "schedule": {"serial": args.serial, "isolated": [] if args.serial else
                                  [n for n in names if n in args.isolate.split(",")]}}
