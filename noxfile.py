@@ -9,6 +9,7 @@ nox.options.reuse_venv = "yes"
 PY = "3.11"
 
 
+PARALLEL = ["-n", "2", "--dist", "loadfile", "--no-loadscopereorder"]
 LOCK = "requirements/dev.lock"  # every dependency and extra, pinned with hashes (`nox -s lock` rewrites it)
 
 
@@ -93,8 +94,10 @@ def tests(session: nox.Session) -> None:
     """The toolkit's own tests: unit + integration against a real engine and registry."""
     _install(session, "validate", "lint")
     # CI runs everything, the `heavy` engine matrix included; locally `nox -s tests -- tests/unit tests/integration
-    # -ra -m "not heavy"` leaves it out (docs/ci.md)
-    session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra"]))
+    # -ra -m "not heavy"` leaves it out (docs/ci.md). Two workers, a whole module each at a time (its module-scoped
+    # registries and engines stay in one process), the longest modules first (tests/conftest.py: LONGEST_FIRST):
+    # the modules wait on different things (a second engine's export, a push's gzip, containers) side by side.
+    session.run("pytest", *(session.posargs or ["tests/unit", "tests/integration", "-ra", *PARALLEL]))
 
 
 @nox.session(python=PY, default=False, tags=["maintenance"])

@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
 from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
+from gpuforge.plan.matrix import load_matrix
 from gpuforge.validate import report
 
 pytestmark = pytest.mark.docker
@@ -235,59 +237,75 @@ def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path
     assert "RED" in (tmp_path / t.id / "report.md").read_text()
 
 
+# These runs each get a run id of their own (GPUFORGE_RUN_ID) and look only at their own containers: other test
+# modules may validate on the same engine at the same time (`nox -s tests` runs modules side by side).
+
+def _validate(tmp_path, run_id: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
+                            env={**os.environ, "GPUFORGE_RUN_ID": run_id}, start_new_session=True,
+                            preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _ours(run_id: str) -> list[str]:
+    """Ids of the containers of the validator run that `gpuforge validate` started under run_id (its pytest child's
+    run id is `<run_id>-<target>`); the low-level list, so another run's removals never race an inspect."""
+    from gpuforge.engine import client as engine
+
+    t = load_matrix().select(None)[0]
+    child = f"{run_id}-{t.id}"[:60]
+    return [c["Id"] for c in engine.client().api.containers(all=True, filters={"label": f"{run.RUN_LABEL}={child}"})]
+
+
+def _wait_for(run_id: str, n: int = 1, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while len(_ours(run_id)) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def test_interrupted_validate_leaves_no_container(default_build, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                            start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    rid = f"int-{uuid.uuid4().hex[:8]}"
+    proc = _validate(tmp_path, rid)
     try:
-        deadline = time.monotonic() + 120
-        while not run.leftovers() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert run.leftovers(), "validate started no container within 120 s"
+        _wait_for(rid)
+        assert _ours(rid), "validate started no container within 120 s"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
-    assert run.leftovers() == [], "containers left after Ctrl-C"
+    assert _ours(rid) == [], "containers left after Ctrl-C"
 
 
 def test_clean_removes_what_a_crashed_run_left(default_build, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                            start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not run.leftovers() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    rid = f"crash-{uuid.uuid4().hex[:8]}"
+    proc = _validate(tmp_path, rid)
+    _wait_for(rid)
     os.killpg(proc.pid, signal.SIGKILL)  # a crash: nobody gets to clean up
     proc.wait(timeout=60)
-    assert run.leftovers(), "expected leftovers after a crash"
+    assert _ours(rid), "expected leftovers after a crash"
     r = gpuforge("clean")
     assert r.returncode == 0 and "removed" in r.stdout
-    assert run.leftovers() == []
+    assert _ours(rid) == []
 
 
 def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
     """SIGKILL leaves containers behind; the next gpuforge run that uses the engine removes them (their
     owning process is gone), without `gpuforge clean` and without touching live runs' containers."""
     _, rec = default_build
+    rid = f"reap-{uuid.uuid4().hex[:8]}"
     with run.container(rec["image_id"], ["sleep", "infinity"]) as alive:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuforge", "validate", "--reports", str(tmp_path)], cwd=ROOT,
-                                start_new_session=True, preexec_fn=ctrl_c_able, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while len(run.leftovers()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        proc = _validate(tmp_path, rid)
+        _wait_for(rid, 1)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        left = [c.id for c in run.leftovers() if c.id != alive.id]
+        left = _ours(rid)
         assert left, "expected containers left by the killed run"
         r = gpuforge("validate", "nope-*")  # any engine command; this one fails on its selector afterwards
-        assert "left by gpuforge runs that died" in r.stderr, r.stderr
-        now = {c.id for c in run.leftovers()}
-        assert not now & set(left), "containers of the killed run survived the next run"
-        assert alive.id in now, "reaping removed the container of a live run"
+        # (another run on a shared engine may reap them first: what counts is that none is left, and the live one is)
+        assert "left by gpuforge runs that died" in r.stderr or not _ours(rid), r.stderr
+        assert not set(_ours(rid)) & set(left), "containers of the killed run survived the next run"
+        assert alive.id in {c.id for c in run.leftovers(run.run_id())}, "reaping removed the container of a live run"
 
 
 def test_build_compares_compat_arch_list_with_the_wheel(default_build):
@@ -327,7 +345,7 @@ def test_port_already_taken_is_a_clear_error(default_build):
         with pytest.raises(EngineError, match=f"port already taken \\(127.0.0.1:{port}\\)"):
             with run.container(rec["image_id"], ["sleep", "infinity"], ports={22: port}):
                 pass
-    assert run.leftovers() == []
+    assert run.leftovers(run.run_id()) == []  # this process's own containers: other modules may run beside it
 
 
 def test_validate_errors_are_clear(default_build):
