@@ -9,7 +9,7 @@ nox.options.reuse_venv = "yes"
 PY = "3.11"
 
 
-PARALLEL = ["-n", "2", "--dist", "loadfile", "--no-loadscopereorder"]
+PARALLEL = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
 LOCK = "requirements/dev.lock"  # every dependency and extra, pinned with hashes (`nox -s lock` rewrites it)
 
 
