@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuforge import __version__, options
+from gpuforge import __version__, options, paths
 from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan.matrix import Matrix, load_matrix
 
@@ -33,6 +33,36 @@ def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
     if all_by_default and not args.selectors:
         return m, list(m.targets)
     return m, m.select(args.selectors)
+
+
+# --- the values a stage needs, made once from this command's resolved options ----------------------------
+
+def _records(o):
+    """The build records in the state_dir setting (GPUFORGE_STATE_DIR, else .gpuforge)."""
+    from gpuforge.state.records import Records
+
+    return Records(Path(o.state_dir))
+
+
+def _auth(o):
+    from gpuforge.publish.registry import RegistryAuth
+
+    return RegistryAuth(user=o.registry_user, password=o.registry_password, insecure=o.registry_insecure)
+
+
+def _signer(o, key: str | None):
+    """Signs with `key` (None: keyless), with the Rekor setting and the registry credentials of this command."""
+    from gpuforge.publish import attest
+
+    return attest.Signer(key=key, tlog=o.cosign_tlog, auth=_auth(o))
+
+
+def _verifier_or_none(o):
+    """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given."""
+    from gpuforge.publish import attest
+
+    return attest.Verifier.of(key=o.verify_key, identity=o.cosign_identity, issuer=o.cosign_issuer,
+                              tlog=o.cosign_tlog, auth=_auth(o))
 
 
 def cmd_plan(args) -> int:
@@ -130,6 +160,7 @@ def cmd_build(args) -> int:
         jobs=o.jobs, keep_going=o.keep_going, extra_ca=o.extra_ca, builder=o.builder, cache_from=list(o.cache_from),
         cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
         pypi_url=o.pypi_url, progress=o.progress, provenance=None if o.provenance == "default" else o.provenance,
+        records=_records(o), log_dir=Path(o.log_dir),
     )
     if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
         print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "
@@ -157,10 +188,10 @@ def cmd_validate(args) -> int:
     if args.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.publish import signed_run
 
-        return signed_run.validate_and_attest(targets, reports=Path(o.reports), key=o.signing_key, registry=o.registry,
-                                              pytest_args=o.pytest_args, gpu=o.gpu, gpu_request=gpu_request,
-                                              progress_mode=o.progress)
-    return validate.validate_targets(targets, reports=Path(o.reports), pytest_args=o.pytest_args,
+        return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
+                                              records=_records(o), registry=o.registry, pytest_args=o.pytest_args,
+                                              gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+    return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
 
 
@@ -193,8 +224,8 @@ def cmd_push(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    promote.push_targets(targets, registry=o.registry, replace=args.replace, compression=o.compression,
-                         progress=o.progress)
+    promote.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir), registry=o.registry,
+                         replace=args.replace, compression=o.compression, progress=o.progress)
     return 0
 
 
@@ -204,9 +235,10 @@ def cmd_promote(args) -> int:
     o = options.for_args(args)
     sign_key = _record_signing_key(o)  # first: a promotion that cannot sign its record never touches a tag
     m, targets = _targets(args)
-    promote.promote_targets(targets, env=o.to, reports=Path(o.reports), registry=o.registry,
+    promote.promote_targets(targets, env=o.to, records=_records(o), auth=_auth(o), verifier=_verifier_or_none(o),
+                            signer=_signer(o, sign_key), reports=Path(o.reports), registry=o.registry,
                             require_gpu=o.require_gpu, allow_no_gpu=args.allow_no_gpu, replace=args.replace,
-                            key=o.verify_key, sign_key=sign_key)
+                            require_cve=o.prod_require_cve)
     return 0
 
 
@@ -223,14 +255,16 @@ def cmd_status(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    return status.status(targets, env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+    return status.status(targets, env=args.env, registry=o.registry, verifier=_verifier_or_none(o),
+                         records=_records(o), as_json=args.json)
 
 
 def cmd_history(args) -> int:
     from gpuforge.publish import status
 
     o = options.for_args(args)
-    return status.show_history(_one_target(args), env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+    return status.show_history(_one_target(args), env=args.env, registry=o.registry, verifier=_verifier_or_none(o),
+                               as_json=args.json)
 
 
 def cmd_rollback(args) -> int:
@@ -239,7 +273,7 @@ def cmd_rollback(args) -> int:
     o = options.for_args(args)
     sign_key = _record_signing_key(o)
     rollback.rollback(_one_target(args), env=args.env, to=args.to, steps=args.steps, registry=o.registry,
-                      key=o.verify_key, sign_key=sign_key, allow_no_gpu=args.allow_no_gpu,
+                      verifier=_verifier_or_none(o), signer=_signer(o, sign_key), allow_no_gpu=args.allow_no_gpu,
                       reports=Path(o.reports))
     return 0
 
@@ -273,8 +307,8 @@ def cmd_cve_gate(args) -> int:
     cve.gate([Path(p) for p in args.scans], allowlist=Path(o.cve_allowlist) if o.cve_allowlist else None, target=t,
              severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
              db_metadata=Path(args.db_metadata) if args.db_metadata else None, sbom=Path(args.sbom) if args.sbom else None,
-             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=o.signing_key,
-             registry=o.registry, digest=args.digest)
+             output=Path(args.output) if args.output else None, sign=args.attest, signer=_signer(o, o.signing_key),
+             registry=o.registry, digest=args.digest, records=_records(o))
     return 0
 
 
@@ -283,35 +317,34 @@ def cmd_prod_sboms(args) -> int:
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    cve.write_prod_sboms(targets, registry=o.registry, verifier=_verifier(o.verify_key), out=Path(args.output))
+    cve.write_prod_sboms(targets, registry=o.registry, verifier=_verifier(o), out=Path(args.output))
     return 0
 
 
 def cmd_outdated(args) -> int:
-    from gpuforge.publish import attest, outdated
+    from gpuforge.publish import outdated
 
     m, targets = _targets(args, all_by_default=True)
+    o = options.for_args(args)
     lock = outdated.lock_path(m.path)
     if args.write_base_lock:
-        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock))} pulled base(s))")
+        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock, _auth(o)))} pulled base(s))")
         return 0
-    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock))
+    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock), _auth(o))
     if args.images:
-        found += outdated.security(targets)
+        found += outdated.security(targets, _records(o))
     if args.prod:
-        verifier = attest.Verifier.from_env(options.for_args(args).verify_key)
+        verifier = _verifier_or_none(o)
         if verifier is None:
             msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
             raise ConfigError(msg)
-        found += outdated.prod_cve(targets, registry=options.for_args(args).registry, verifier=verifier)
+        found += outdated.prod_cve(targets, registry=o.registry, verifier=verifier)
     sys.stdout.write(outdated.report(found, as_json=args.json))
     return 0
 
 
-def _verifier(key: str | None):
-    from gpuforge.publish import attest
-
-    v = attest.Verifier.from_env(key)
+def _verifier(o):
+    v = _verifier_or_none(o)
     if v is None:
         msg = "no way to verify the signed evidence: --key cosign.pub, GPUFORGE_COSIGN_PUBLIC_KEY, or keyless identity"
         raise ConfigError(msg)
@@ -323,7 +356,8 @@ def cmd_support(args) -> int:
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    sys.stdout.write(support.support_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o.verify_key)))
+    sys.stdout.write(support.support_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o),
+                                         records=_records(o)))
     return 0
 
 
@@ -332,9 +366,10 @@ def cmd_release_notes(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    sys.stdout.write(support.notes_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o.verify_key),
-                                       digest=args.digest, previous=args.previous, output=args.output,
-                                       sign=args.attest, sign_key=args.sign_key or options.setting("signing_key")))
+    sys.stdout.write(support.notes_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o),
+                                       records=_records(o), digest=args.digest, previous=args.previous,
+                                       output=args.output, sign=args.attest,
+                                       signer=_signer(o, args.sign_key or options.setting("signing_key"))))
     return 0
 
 
@@ -471,13 +506,23 @@ def _reap() -> None:
         print(f"gpuforge: removed {n} container(s) left by gpuforge runs that died", file=sys.stderr)
 
 
+def _name_the_run(o) -> None:
+    """The checkout (root: GPUFORGE_ROOT) and the run id (GPUFORGE_RUN_ID) this process works under, named once."""
+    paths.use_root(Path(o.root) if o.root else None)
+    if o.resolved.get("run_id"):
+        from gpuforge.engine import containers
+
+        containers.use_run_id(o.run_id)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)
     if extra and args.cmd != "attest":  # attest takes anything, only to refuse it with what to run instead
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        options.for_args(args)  # every flag, variable and default, checked before any work
+        o = options.for_args(args)  # every flag, variable and default, checked before any work
+        _name_the_run(o)
         if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first
             options.use_matrix(None)
         if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
@@ -491,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         options.activate(None)
+        paths.use_root(None)
 
 
 if __name__ == "__main__":

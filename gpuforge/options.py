@@ -178,10 +178,11 @@ class Setting:
 
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
-_REGISTRY_CMDS = ("push", "promote")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
 _REPORTS = ("validate", "smoke", "promote", "rollback")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
+_SIGNED = ("validate", "cve-gate", "promote", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
+_REGISTRY_USE = ("push", *_SIGNED)  # speak to a registry (credentials, TLS)
 
 TABLE: tuple[Setting, ...] = (
     # global
@@ -225,7 +226,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="provenance", flag="--provenance", commands=_BUILD, env="GPUFORGE_PROVENANCE", default="default",
             choices=("default", "false", "min", "max"), what="a provenance mode",
             help="BuildKit provenance attestation (buildx --provenance; default: BuildKit's own, none on 20.10)"),
-    Setting(name="log_dir", commands=_BUILD, env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text, help="build logs"),
+    Setting(name="log_dir", commands=(*_BUILD, "push"), env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text,
+            help="build logs (and push's zstd re-export logs)"),
     # validate / smoke
     Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
     Setting(name="gpu", flag="--gpu", commands=("validate",), action="store_true", default=False,
@@ -248,7 +250,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
             help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
     # push / promote
-    Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "validate", "cve-gate", *_FLEET_READS, *_REGISTRY_READS),
+    Setting(name="registry", flag="--registry", commands=_REGISTRY_USE,
             env="GPUFORGE_REGISTRY",
             check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
@@ -267,18 +269,18 @@ TABLE: tuple[Setting, ...] = (
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
     Setting(name="signing_key", flag="--key", commands=("validate", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key (password in COSIGN_PASSWORD); none: keyless (OIDC)"),
-    Setting(name="cosign_identity", commands=("promote",), env="GPUFORGE_COSIGN_IDENTITY", check=_text,
+    Setting(name="cosign_identity", commands=_SIGNED, env="GPUFORGE_COSIGN_IDENTITY", check=_text,
             help="keyless verification: the signer's certificate identity"),
-    Setting(name="cosign_issuer", commands=("promote",), env="GPUFORGE_COSIGN_ISSUER", check=_text,
+    Setting(name="cosign_issuer", commands=_SIGNED, env="GPUFORGE_COSIGN_ISSUER", check=_text,
             help="keyless verification: its OIDC issuer"),
-    Setting(name="cosign_tlog", commands=("promote",), env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
+    Setting(name="cosign_tlog", commands=_SIGNED, env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
             help="upload to / check the Rekor transparency log"),
-    Setting(name="registry_user", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_USER", check=_text,
+    Setting(name="registry_user", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_USER", check=_text,
             help="registry user (with the password)"),
-    Setting(name="registry_password", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_PASSWORD",
+    Setting(name="registry_password", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_PASSWORD",
             secret=True,
             help="registry password or token (written to a private auth file, never to a command line)"),
-    Setting(name="registry_insecure", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_INSECURE", default=False,
+    Setting(name="registry_insecure", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_INSECURE", default=False,
             check=_bool,
             help="plain HTTP / no TLS verification for every registry (loopback registries always are)"),
     # the CVE gate (docs/cve.md)

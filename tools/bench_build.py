@@ -46,6 +46,7 @@ from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
 from gpuforge.render import packages
+from gpuforge.state.records import Records
 
 REGISTRY_PORTS = range(5300, 5400)
 REPOSITORY = "gpuforge-test-13b/cache"
@@ -78,7 +79,9 @@ def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | N
 
 def gpuforge_build(t, ctx_root: Path | None, ca: str | None, logs: Path) -> float:
     t0 = time.monotonic()
-    build.build_targets([t], build.BuildOptions(context_root=ctx_root, extra_ca=ca, progress="plain", log_dir=logs))
+    records = Records(Path(options.resolve_one(options.SETTINGS["state_dir"]).value))  # gpuforge's own resolution
+    build.build_targets([t], build.BuildOptions(context_root=ctx_root, extra_ca=ca, progress="plain", log_dir=logs,
+                                                records=records))
     return time.monotonic() - t0
 
 

@@ -33,6 +33,7 @@ from gpuforge.plan.target import ImageRef, Target
 from gpuforge.render import dockerfile as render
 from gpuforge.render.labels import build_labels
 from gpuforge.state import files, records
+from gpuforge.state.records import Records
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
@@ -61,7 +62,8 @@ class BuildOptions:
     index_url: str | None = None
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
-    log_dir: Path | None = None  # None: gpuforge.options' log_dir (GPUFORGE_LOG_DIR)
+    records: Records  # where the build is recorded (the CLI's state_dir)
+    log_dir: Path  # one log per target (the CLI's log_dir: GPUFORGE_LOG_DIR)
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
     provenance: str | None = None  # buildx --provenance (None: BuildKit's default; "false": none)
 
@@ -237,8 +239,7 @@ class _Runner:
             r.state, r.error = "skipped", "not started: an earlier target failed (use --keep-going)"
             return r
         root = self.opts.context_root or paths.project_root()
-        log_dir = self.opts.log_dir or Path(options.setting("log_dir"))
-        r.log = log_dir / f"{t.id}.log"
+        r.log = self.opts.log_dir / f"{t.id}.log"
         recipe = render.recipe_hash(t, root)
         r.state = "building"
         start = time.monotonic()
@@ -313,14 +314,15 @@ class _Runner:
         c = engine.client()
         image_id = img.id
         try:
-            before = records.build(t.id)
+            before = self.opts.records.build(t.id)
             # another image has no report or push yet: the old one's must not carry over (the same image keeps them)
             stale = {} if before and before.image_id == image_id else dict.fromkeys(records.IMAGE_FACTS)
-            records.update_build(t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
-                                 driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                                 extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
-                                 image_store=self.engine.store, image_index=index, argv=argv,
-                                 built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
+            self.opts.records.update_build(
+                t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
+                driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
+                extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
+                image_store=self.engine.store, image_index=index, argv=argv,
+                built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
         except StateError as e:
             r.state, r.error = "failed", f"built {image_id[:19]} but could not record it, so no tag moved: {e}"
             self.state_errors.append(e)
@@ -343,7 +345,7 @@ class _Runner:
                         c.images.get(old).tag(parsed.name, parsed.tag)
                     else:
                         c.images.remove(back, noprune=True)
-            records.restore_build(t.id, before)
+            self.opts.records.restore_build(t.id, before)
             r.state = "failed"
             r.error = (f"built {image_id[:19]} but could not tag it {ref} ({e.explanation or e}); "
                        "its tags and record were put back")

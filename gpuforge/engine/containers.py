@@ -19,18 +19,23 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
 from gpuforge.grammar import GPU_REQUESTS
 
 RUN_LABEL = "io.gpuforge.run"
-_OWN_RUN_ID = uuid.uuid4().hex[:12]
+_run_id = [uuid.uuid4().hex[:12]]  # one per process, unless the entry point names the run (use_run_id)
+
+
+def use_run_id(value: str | None) -> None:
+    """Label this process's containers with `value`, named once by the entry point: the CLI's run_id setting
+    (GPUFORGE_RUN_ID), which gpuforge sets for its pytest child and the validator plugin passes on here."""
+    if value:
+        _run_id[0] = value
 
 
 def run_id() -> str:
-    """This run's id: GPUFORGE_RUN_ID (gpuforge gives its pytest child its own), else one per process."""
-    return options.setting("run_id") or _OWN_RUN_ID
+    return _run_id[0]
 
 
 @dataclass

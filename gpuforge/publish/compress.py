@@ -30,7 +30,7 @@ from gpuforge.build import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import Registry, auth_file
+from gpuforge.publish.registry import Registry, RegistryAuth, auth_file
 from gpuforge.state import files
 
 COMPRESSIONS = ("gzip", "zstd", "both")
@@ -72,12 +72,12 @@ def zstd_ref(ref: ImageRef) -> ImageRef:
     return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
 
 
-def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path) -> str:
+def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path, auth: RegistryAuth) -> str:
     """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
     zref = zstd_ref(ImageRef(host, repo, tag))
     ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
-    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
+    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(auth, host) as af:
         argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         if af:  # buildx pushes with the docker config's credentials
@@ -93,7 +93,7 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
         last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"
         raise RegistryError(msg)
-    reg = Registry(host)
+    reg = Registry(host, auth)
     m = reg.manifest(repo, digest)
     if m is None:
         msg = f"zstd push of {ref} reported {digest}, which the registry does not hold"

@@ -373,12 +373,11 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
 
 def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
-         output: Path | None = None, attest_key: str | None = None, sign: bool = False, registry: str | None = None,
-         digest: str | None = None) -> dict:
-    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it when asked.
+         output: Path | None = None, signer=None, sign: bool = False, registry: str | None = None,
+         digest: str | None = None, records=None) -> dict:
+    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it with `signer`
+    (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed digest.
     Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
-    from gpuforge.state import records
-
     if severity not in SEVERITIES:
         msg = f"--severity / GPUFORGE_CVE_SEVERITY: {severity!r} is not one of {', '.join(SEVERITIES)}"
         raise ConfigError(msg)
@@ -391,7 +390,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
         raise ConfigError(msg)
     subject = {}
-    rec = records.get(target.id) if target else None
+    rec = records.get(target.id) if target and records else None
     if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
         subject = {"digest": digest}
     elif rec and rec.get("digest"):
@@ -407,7 +406,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
-        _sign(target, output, attest_key, registry, subject.get("digest"))
+        _sign(target, output, signer, registry, subject.get("digest"))
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
           f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
@@ -417,7 +416,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None, digest: str | None) -> None:
+def _sign(target, verdict_path: Path | None, signer, registry: str | None, digest: str | None) -> None:
     from gpuforge.publish import attest
 
     if target is None or verdict_path is None:
@@ -428,7 +427,7 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
     ref = str(target.ref.on(registry).pinned(digest))
-    attest.attest(ref, verdict_path, CVE_TYPE, key=key)
+    attest.attest(ref, verdict_path, CVE_TYPE, signer=signer)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
 
 
@@ -441,7 +440,7 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
     done = []
     for t in targets:
         ref = t.ref.on(registry)
-        m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
+        m = Registry(ref.registry, verifier.auth).manifest(ref.repository, f"{ref.tag}-prod")
         if m is None:
             continue
         boms = attest.verified_predicates(str(ref.pinned(m.digest)), CYCLONEDX_TYPE, verifier)

@@ -102,19 +102,20 @@ def read_lock(path: Path) -> dict[str, str]:
     return data
 
 
-def current_digest(ref: str) -> str | None:
-    from gpuforge.publish.registry import Registry
+def current_digest(ref: str, auth=None) -> str | None:
+    """The digest a base reference names now (read with `auth`, a RegistryAuth; None: no credentials of ours)."""
+    from gpuforge.publish.registry import ANONYMOUS, Registry
 
     host, repo, tag = split_image(ref)
-    m = Registry(host).manifest(repo, tag)
+    m = Registry(host, auth or ANONYMOUS).manifest(repo, tag)
     return m.digest if m else None
 
 
-def bases(targets, lock: dict[str, str]) -> list[Finding]:
+def bases(targets, lock: dict[str, str], auth=None) -> list[Finding]:
     out = []
     for ref in pulled_bases(targets):
         try:
-            now = current_digest(ref)
+            now = current_digest(ref, auth)
         except FatalError as e:
             out.append(Finding("unchecked", ref, f"cannot read the tag's digest: {e}"))
             continue
@@ -128,8 +129,8 @@ def bases(targets, lock: dict[str, str]) -> list[Finding]:
     return out
 
 
-def write_lock(targets, path: Path) -> dict[str, str]:
-    lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref))}
+def write_lock(targets, path: Path, auth=None) -> dict[str, str]:
+    lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref, auth))}
     files.write_output(path, json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
 
@@ -169,9 +170,8 @@ def apt_security_output(image: str, os_name: str) -> str:
     return text
 
 
-def security(targets) -> list[Finding]:
-    from gpuforge.state import records
-
+def security(targets, records) -> list[Finding]:
+    """Pending security updates in each target's built image (`records`: state.records.Records, this checkout's)."""
     out = []
     for t in targets:
         rec = records.get(t.id)
@@ -198,7 +198,7 @@ def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
     for t in targets:
         ref = t.ref.on(registry)
         try:
-            m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
+            m = Registry(ref.registry, verifier.auth).manifest(ref.repository, f"{ref.tag}-prod")
             if m is None:
                 continue  # never promoted
             probs = cve.cve_ok(attest.verified_predicates(str(ref.pinned(m.digest)), cve.CVE_TYPE, verifier),

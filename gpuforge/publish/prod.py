@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gpuforge import options
 from gpuforge.errors import PromotionRefused
 from gpuforge.validate import evidence
 
@@ -66,9 +65,10 @@ def why_missing(target, attestations: list[dict], *, built_at: str | None = None
     return "; ".join(out)
 
 
-def check(t, *, ref: str, record: dict, verifier) -> None:
+def check(t, *, ref: str, record: dict, verifier, require_cve: bool) -> None:
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
-    is missing. Called once from gpuforge.publish.promote.plan for env == prod."""
+    is missing. Called once from gpuforge.publish.promote.plan for env == prod; `require_cve` is the
+    prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
     from gpuforge.publish import attest, cve
 
     def refuse(why: str) -> None:
@@ -84,7 +84,7 @@ def check(t, *, ref: str, record: dict, verifier) -> None:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
                    "(images.yml's gpu job: `gpuforge validate --gpu --attest --key cosign.key`)")
-    if options.setting("prod_require_cve"):
+    if require_cve:
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
                            built_at=record.get("built_at"))
         if probs:

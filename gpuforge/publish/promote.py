@@ -25,15 +25,14 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import attest, compress, history, prod, transaction
-from gpuforge.publish.registry import Manifest, Registry, credentials
-from gpuforge.state import records
+from gpuforge.publish.registry import Manifest, Registry, RegistryAuth, credentials
 from gpuforge.state.promotions import Evidence, PromotionRecord
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence
 
 
@@ -47,8 +46,10 @@ def pushed_digest(status: str, tag: str) -> str | None:
     return m.group(1) if m else None
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False,
-                 compression: str = "gzip", progress: str = "auto") -> list[dict]:
+def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth, log_dir: Path,
+                 registry: str | None = None, replace: bool = False, compression: str = "gzip",
+                 progress: str = "auto") -> list[dict]:
+    """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir)."""
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
@@ -68,7 +69,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        held = Registry(host).manifest(repo, tag)
+        held = Registry(host, auth).manifest(repo, tag)
         replaced = None
         if held is not None and not held.holds(rec["image_id"]):
             if not replace:  # the build tag is a version tag: it names one image
@@ -79,7 +80,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
             print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
-            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, Path(options.setting("log_dir")))
+            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, log_dir, auth)
             zref = compress.zstd_ref(ref)
             records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
             print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
@@ -88,7 +89,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
             out.append(res)
             continue
         img.tag(ref.name, tag)
-        creds = credentials(host)
+        creds = credentials(host, auth)
         auth = {"username": creds[0], "password": creds[1]} if creds else None
         print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
         digest = None
@@ -107,7 +108,7 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
         if not digest:
             msg = f"push of {ref} reported no digest"
             raise RegistryError(msg)
-        m = Registry(host).manifest(repo, digest)
+        m = Registry(host, auth).manifest(repo, digest)
         if m is None or not m.holds(rec["image_id"]):
             msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
             raise RegistryError(msg)
@@ -226,15 +227,15 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
     return require_gpu or (env == "prod" and not allow_no_gpu)
 
 
-def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow_no_gpu: bool, replace: bool,
-          verifier) -> tuple[transaction.Move, history.History]:
+def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, registry: str | None, require_gpu: bool,
+          allow_no_gpu: bool, replace: bool, verifier, require_cve: bool) -> tuple[transaction.Move, history.History]:
     rec = records.require(t.id)
     if not rec.get("digest"):
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
     image_id, digest = rec["image_id"], rec["digest"]
     ref = ref_for(t, registry)
     host, repo, tag = ref.registry, ref.repository, ref.tag
-    reg = Registry(host)
+    reg = Registry(host, auth)
     m = reg.manifest(repo, digest)
     if m is None:
         _refuse(t.id, f"the registry has no manifest {digest}")
@@ -253,7 +254,7 @@ def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     ev = judge(str(ref.pinned(digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
-        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier)
+        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve)
     tags = env_tags(t, tag, env)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:
@@ -275,34 +276,37 @@ def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 
-def resume(t: Target, *, env: str, registry: str | None, verifier, sign_key: str | None,
+def resume(t: Target, *, env: str, registry: str | None, verifier, signer: attest.Signer,
            reports: Path | None) -> PromotionRecord | None:
     """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
     if verifier is None:
         return None  # the plan refuses with the reason
     pushed = ref_for(t, registry)
     host, repo = pushed.registry, pushed.repository
-    reg = Registry(host)
+    reg = Registry(host, verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
-    return transaction.complete_interrupted(hist, reg, repo, sign_key=sign_key, reports=reports,
+    return transaction.complete_interrupted(hist, reg, repo, signer=signer, reports=reports,
                                             judge=lambda rec: rejudge(reg, repo, verifier, rec))
 
 
-def promote_targets(targets: list[Target], *, env: str, reports: Path | None = None, registry: str | None = None,
-                    require_gpu: bool = False, allow_no_gpu: bool = False, replace: bool = False,
-                    key: str | None = None, sign_key: str | None = None) -> list[dict]:
+def promote_targets(targets: list[Target], *, env: str, records: Records, auth: RegistryAuth,
+                    verifier: attest.Verifier | None, signer: attest.Signer, reports: Path | None = None,
+                    registry: str | None = None, require_gpu: bool = False, allow_no_gpu: bool = False,
+                    replace: bool = False, require_cve: bool = False) -> list[dict]:
+    """Promote each target's pushed digest to `env`; `verifier` checks the evidence (None: refused, saying how to
+    give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict."""
     require_gpu = gpu_rule(env, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu)
-    verifier = attest.Verifier.from_env(key)
     for t in targets:
-        resume(t, env=env, registry=registry, verifier=verifier, sign_key=sign_key, reports=reports)
-    plans = [_plan(t, env=env, registry=registry, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu,
-                   replace=replace, verifier=verifier) for t in targets]
+        resume(t, env=env, registry=registry, verifier=verifier, signer=signer, reports=reports)
+    plans = [_plan(t, records=records, auth=auth, env=env, registry=registry, require_gpu=require_gpu,
+                   allow_no_gpu=allow_no_gpu, replace=replace, verifier=verifier, require_cve=require_cve)
+             for t in targets]
     results = []
     for mv, hist in plans:
         if mv.allow_no_gpu:
             print(f"gpuforge: WARNING: {mv.target} -> prod WITHOUT GPU evidence (--allow-no-gpu); this is recorded "
                   "in the promotion record and history", file=sys.stderr, flush=True)
-        results.append(transaction.execute(mv, hist, sign_key=sign_key, reports=reports))
+        results.append(transaction.execute(mv, hist, signer=signer, reports=reports))
     return results
 
 

@@ -2,9 +2,10 @@
 copy by digest. skopeo does the token dance (a bearer token per scope: pull for reads, pull+push for
 the copy), and reads docker configs with `credsStore`/`credHelpers`; gpuforge only decides what may move.
 
-Credentials: GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD (written to a private temporary auth
-file, never to a command line), else $REGISTRY_AUTH_FILE / $DOCKER_CONFIG/config.json / ~/.docker/config.json
-as skopeo finds them. They are never printed.
+Credentials: a RegistryAuth, which the CLI makes once from the registry_user / registry_password settings
+(GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD; written to a private temporary auth file, never to a command
+line), else $REGISTRY_AUTH_FILE / $DOCKER_CONFIG/config.json / ~/.docker/config.json as skopeo finds them. They are
+never printed.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuforge import options
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
 
@@ -38,11 +38,26 @@ def denied(text: str) -> bool:
     return bool(_DENIED.search(text))
 
 
-def credentials(registry: str) -> tuple[str, str] | None:
-    """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
-    user, pw = options.setting("registry_user"), options.setting("registry_password")
-    if user and pw:
-        return user, pw
+@dataclass(frozen=True)
+class RegistryAuth:
+    """How gpuforge speaks to registries: the registry_user / registry_password / registry_insecure settings,
+    resolved once by the CLI. The default is no credentials of gpuforge's own (the docker config's, if any)."""
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    insecure: bool = False  # plain HTTP / no TLS verification for every registry (loopback ones always are)
+
+    def given(self) -> tuple[str, str] | None:
+        return (self.user, self.password) if self.user and self.password else None
+
+
+ANONYMOUS = RegistryAuth()
+
+
+def credentials(registry: str, auth: RegistryAuth) -> tuple[str, str] | None:
+    """The given user and password, else the docker config's plain `auths` entry (for the engine's push)."""
+    if auth.given():
+        return auth.given()
     cfg = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
         auths = json.loads(cfg.read_text()).get("auths", {})
@@ -56,24 +71,23 @@ def credentials(registry: str) -> tuple[str, str] | None:
     return None
 
 
-def insecure(host: str) -> bool:
-    """Plain HTTP / no TLS verification: loopback registries, or GPUFORGE_REGISTRY_INSECURE=1."""
-    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or options.setting("registry_insecure")
+def insecure(host: str, auth: RegistryAuth) -> bool:
+    """Plain HTTP / no TLS verification: loopback registries, or registry_insecure (GPUFORGE_REGISTRY_INSECURE=1)."""
+    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or auth.insecure
 
 
 @contextlib.contextmanager
-def auth_file(*hosts: str) -> Iterator[str | None]:
-    """An auth file for skopeo/cosign: a private temporary one holding the env credentials, else the
+def auth_file(auth: RegistryAuth, *hosts: str) -> Iterator[str | None]:
+    """An auth file for skopeo/cosign: a private temporary one holding the given credentials, else the
     user's own (None: let the tool find it)."""
-    user, pw = options.setting("registry_user"), options.setting("registry_password")
-    if not (user and pw):
+    if not auth.given():
         cfg = os.environ.get("REGISTRY_AUTH_FILE") or (
             str(Path(os.environ["DOCKER_CONFIG"]) / "config.json") if os.environ.get("DOCKER_CONFIG") else None)
         yield cfg if cfg and Path(cfg).exists() else None
         return
     with tempfile.TemporaryDirectory(prefix="gpuforge-auth-") as d:
         p = Path(d) / "config.json"
-        token = base64.b64encode(f"{user}:{pw}".encode()).decode()
+        token = base64.b64encode(f"{auth.user}:{auth.password}".encode()).decode()
         p.touch(mode=0o600)
         p.write_text(json.dumps({"auths": {h: {"auth": token} for h in hosts}}))
         yield str(p)
@@ -127,9 +141,11 @@ class Manifest:
 
 
 class Registry:
-    def __init__(self, host: str):
-        self.host = host
-        self.tls = ["--tls-verify=false"] if insecure(host) else []
+    """One registry host, spoken to with `auth`."""
+
+    def __init__(self, host: str, auth: RegistryAuth):
+        self.host, self.auth = host, auth
+        self.tls = ["--tls-verify=false"] if insecure(host, auth) else []
 
     def _docker(self, repo: str, ref: str | None = None) -> str:
         """skopeo's name for repo, repo:TAG or repo@DIGEST on this registry."""
@@ -141,7 +157,7 @@ class Registry:
     def manifest(self, repo: str, ref: str) -> Manifest | None:
         """The manifest a tag or digest names (its raw bytes: the digest is theirs), or None when there is none."""
         sep = "@" if ref.startswith("sha256:") else ":"
-        with auth_file(self.host) as af:
+        with auth_file(self.auth, self.host) as af:
             r = skopeo(["inspect", "--raw", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
                         self._docker(repo, ref)], f"GET {repo}{sep}{ref}", self.host)
         if r.returncode != 0:
@@ -153,7 +169,7 @@ class Registry:
 
     def tags(self, repo: str) -> list[str]:
         """Every tag of `repo` ([] when the repository does not exist)."""
-        with auth_file(self.host) as af:
+        with auth_file(self.auth, self.host) as af:
             r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
                         self._docker(repo)], f"list tags of {repo}", self.host)
         if r.returncode != 0:
@@ -167,7 +183,7 @@ class Registry:
             raise RegistryError(msg) from None
     def config(self, repo: str, digest: str) -> dict:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
-        with auth_file(self.host) as af:
+        with auth_file(self.auth, self.host) as af:
             r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
                         *(["--authfile", af] if af else []), self._docker(repo, digest)],
                        f"GET config of {repo}@{digest[:19]}", self.host)
@@ -178,7 +194,7 @@ class Registry:
     def copy(self, repo: str, digest: str, tag: str) -> None:
         """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
         tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []
-        with auth_file(self.host) as af:
+        with auth_file(self.auth, self.host) as af:
             r = skopeo(["copy", "--all", "--preserve-digests", "--retry-times", "2", *tls,
                         *(["--authfile", af] if af else []),
                         self._docker(repo, digest), self._docker(repo, tag)],

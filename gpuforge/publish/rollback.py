@@ -50,19 +50,19 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
     return runs[-1 - n]
 
 
-def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry: str | None, key: str | None,
-             sign_key: str | None, allow_no_gpu: bool = False, reports: Path | None = None) -> dict:
+def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry: str | None,
+             verifier: attest.Verifier | None, signer: attest.Signer, allow_no_gpu: bool = False,
+             reports: Path | None = None) -> dict:
     if to is not None and steps is not None:
         msg = "give --to DIGEST or --steps N, not both"
         raise ConfigError(msg)
     t0 = time.monotonic()
-    verifier = attest.Verifier.from_env(key)
     if verifier is None:
         _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub or set GPUFORGE_COSIGN_PUBLIC_KEY")
-    promote.resume(t, env=env, registry=registry, verifier=verifier, sign_key=sign_key, reports=reports)
+    promote.resume(t, env=env, registry=registry, verifier=verifier, signer=signer, reports=reports)
     pushed = promote.ref_for(t, registry)
     host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-    reg = Registry(host)
+    reg = Registry(host, verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
     tags = promote.env_tags(t, tag, env)
     current = transaction.digest_at(reg, repo, tags[0])
@@ -78,7 +78,7 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
                           replaced=list(promote.version_tags_moved(reg, repo, tags, digest)),
                           allow_no_gpu=not require_gpu and env == "prod",
                           evidence=ev, rollback_to_seq=target_rec.seq)
-    res = transaction.execute(mv, hist, sign_key=sign_key, reports=reports)
+    res = transaction.execute(mv, hist, signer=signer, reports=reports)
     res["seconds"] = round(time.monotonic() - t0, 2)
     print(f"gpuforge: rolled {t.id} [{env}] back to {digest} (promotion #{target_rec.seq} of {target_rec.at}) "
           f"in {res['seconds']:.1f} s", flush=True)

@@ -11,15 +11,14 @@ from gpuforge.plan.matrix import Target
 from gpuforge.publish import attest, history
 from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary, ref_for
 from gpuforge.publish.registry import Registry
-from gpuforge.state import records
 from gpuforge.state.promotions import PromotionRecord
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence
 
 ENVS = ("dev", "prod")
 
 
-def _verifier(key: str | None) -> attest.Verifier:
-    v = attest.Verifier.from_env(key)
+def _verifier(v: attest.Verifier | None) -> attest.Verifier:
     if v is None:
         msg = ("status and history read signed records: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER")
@@ -51,14 +50,15 @@ def _record_json(r: PromotionRecord) -> dict:
             "evidence": r.evidence.model_dump(mode="json")}
 
 
-def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | None, key: str | None) -> list[dict]:
-    verifier = _verifier(key)
+def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | None, verifier: attest.Verifier | None,
+            records: Records) -> list[dict]:
+    verifier = _verifier(verifier)
     found: dict[tuple[str, str], tuple] = {}
     out = []
     for t in targets:
         pushed = ref_for(t, registry)
         host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-        reg = Registry(host)
+        reg = Registry(host, verifier.auth)
         if (host, repo) not in found:
             found[(host, repo)] = history.all_records(reg, repo, verifier)
         rec = records.get(t.id) or {}
@@ -116,8 +116,9 @@ def _text(row: dict) -> list[str]:
     return lines
 
 
-def status(targets: list[Target], *, env: str | None, registry: str | None, key: str | None, as_json: bool) -> int:
-    rows = collect(targets, envs=(env,) if env else ENVS, registry=registry, key=key)
+def status(targets: list[Target], *, env: str | None, registry: str | None, verifier: attest.Verifier | None,
+           records: Records, as_json: bool) -> int:
+    rows = collect(targets, envs=(env,) if env else ENVS, registry=registry, verifier=verifier, records=records)
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
@@ -125,11 +126,11 @@ def status(targets: list[Target], *, env: str | None, registry: str | None, key:
     return 0
 
 
-def show_history(t: Target, *, env: str, registry: str | None, key: str | None, as_json: bool) -> int:
-    verifier = _verifier(key)
+def show_history(t: Target, *, env: str, registry: str | None, verifier: attest.Verifier | None, as_json: bool) -> int:
+    verifier = _verifier(verifier)
     pushed = ref_for(t, registry)
     host, repo = pushed.registry, pushed.repository
-    h = history.load(Registry(host), repo, verifier, target=t.id, env=env)
+    h = history.load(Registry(host, verifier.auth), repo, verifier, target=t.id, env=env)
     rows = [_record_json(r) for r in h.records]
     if as_json:
         print(json.dumps({"target": t.id, "env": env, "records": rows, "warnings": h.warnings}, indent=2, sort_keys=True))

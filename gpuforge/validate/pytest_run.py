@@ -31,7 +31,8 @@ from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
-from gpuforge.state import files, records
+from gpuforge.state import files
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
 
@@ -125,7 +126,7 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
     return out
 
 
-def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
+def validate_targets(targets: list[Target], *, reports: Path, records: Records, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto",
                      on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process

@@ -219,7 +219,7 @@ def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path
     not partial, not evidence, and `gpuforge validate` exits 5 naming why."""
     import copy
 
-    from gpuforge.state import records
+    from state_here import records
 
     t, _ = default_build
     before = copy.deepcopy(records.require(t.id))

@@ -5,13 +5,13 @@ is one line naming its source, exit 2, before any work."""
 from __future__ import annotations
 
 import pytest
+from state_here import records
 
 from conftest import BASE_MATRIX
 from gpuforge import cli, options
 from gpuforge.build import runner as build
 from gpuforge.errors import ConfigError
 from gpuforge.publish import promote
-from gpuforge.state import records
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 EXTRA_CA_ENVS = ("GPUFORGE_EXTRA_CA", *build.HOST_TRUST_ENV)

@@ -8,10 +8,11 @@ import os
 import subprocess
 
 import pytest
+from state_here import records
 
 from gpuforge import cli
 from gpuforge.errors import StateError
-from gpuforge.state import files, records
+from gpuforge.state import files
 
 IMG = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
