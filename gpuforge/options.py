@@ -9,9 +9,11 @@ unset. A value from any source goes through the same check, and a bad one is one
 (`--driver`, `GPUFORGE_DRIVER`, `matrix.yaml:12: extra_ca`), exit 2.
 
 Nothing else in gpuforge/ reads `GPUFORGE_*` from the environment (gpuforge/image/ reads the in-image
-variables itself), and nothing here reads it at import time: `setting(name)` answers from the Options
-the CLI resolved for this command, or, used as a library (tests, the validator plugin in its pytest
-child), from the environment at the moment of the call.
+variables itself), and nothing here reads it at import time. Only gpuforge/cli.py looks values up
+(`setting(name)`, `for_args`): it resolves a command's options once and passes the values, or small typed
+objects made from them (Records, RegistryAuth, Signer, Verifier), to each stage's entry point
+(tests/unit/core/test_imports.py checks that). Used as a library (tests), `setting(name)` reads the
+environment at the moment of the call.
 """
 
 from __future__ import annotations
