@@ -425,12 +425,28 @@ def parser() -> argparse.ArgumentParser:
         options.add_arguments(p, name)
         return p
 
+    _plan_and_build(add)
+    _validation(add)
+    _publishing(add)
+    _fleet_reports(add)
+    _promotion_state(add)
+    return ap
+
+
+def _plan_and_build(add) -> None:
     p = add("plan", cmd_plan, "print the expanded targets")
     p.add_argument("--pools", action="store_true", help="with --json: one row per (target, fleet pool) for GPU jobs")
     add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
     add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
     add("build", cmd_build, "build images with BuildKit (buildx when present)")
+    p = add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)",
+            selectors=False)
+    p.add_argument("--all", action="store_true",
+                   help="remove every gpuforge container, also those of runs still alive (stops them)")
+
+
+def _validation(add) -> None:
     p = add("validate", cmd_validate, "run the validators against built targets")
     p.add_argument("--attest", action="store_true",
                    help="sign this run's result (green or not) onto the pushed digest with cosign, in this process; "
@@ -438,6 +454,18 @@ def parser() -> argparse.ArgumentParser:
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
+    p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
+            "exit 9 when red (docs/cve.md)", selectors=False)
+    p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
+    p.add_argument("--target", help="target id: its own allowlist entries apply, and its pushed digest is the subject")
+    p.add_argument("--db-metadata", help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)")
+    p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
+    p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
+    p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
+    p.add_argument("--digest", help="the digest scanned, when not this machine's push (a prod re-scan)")
+
+
+def _publishing(add) -> None:
     p = add("push", cmd_push, "push built targets and record their digests")
     p.add_argument("--replace", action="store_true",
                    help="move the build tag when it already names another image (recorded in the build record)")
@@ -448,15 +476,9 @@ def parser() -> argparse.ArgumentParser:
                    help="move the environment's version tag (<tag>-dev/-prod) off another digest (recorded)")
     add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
         selectors=False)
-    p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
-            "exit 9 when red (docs/cve.md)", selectors=False)
-    p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
-    p.add_argument("--target", help="target id: its own allowlist entries apply, and its pushed digest is the subject")
-    p.add_argument("--db-metadata", help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)")
-    p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
-    p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
-    p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
-    p.add_argument("--digest", help="the digest scanned, when not this machine's push (a prod re-scan)")
+
+
+def _fleet_reports(add) -> None:
     p = add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
     p.add_argument("--output", required=True, help="writes OUTPUT/<target>/sbom.cdx.json and OUTPUT/<target>/digest")
     p = add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
@@ -475,10 +497,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write <target>/release-notes.{json,md} under this folder")
     p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
     p.add_argument("--sign-key", help="cosign private key for --attest (default: the signing_key setting, GPUFORGE_COSIGN_KEY)")
-    p = add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)",
-            selectors=False)
-    p.add_argument("--all", action="store_true",
-                   help="remove every gpuforge container, also those of runs still alive (stops them)")
+
+
+def _promotion_state(add) -> None:
     p = add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
     p.add_argument("--env", choices=("dev", "prod"), help="one environment (default: both)")
     p.add_argument("--json", action="store_true", help="machine-readable")
@@ -491,7 +512,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--to", help="the digest to restore (must have been promoted to this environment)")
     p.add_argument("--steps", type=int, help="how many promoted digests back (default 1)")
     p.add_argument("--allow-no-gpu", action="store_true", help="prod: restore a digest without GPU evidence (recorded)")
-    return ap
 
 
 def _reap() -> None:

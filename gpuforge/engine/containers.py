@@ -116,22 +116,12 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
-    if user is not None:
+    # docker run's --gpus/--device, --shm-size, -v, --sysctl, --read-only, --tmpfs, --network: only those asked for
+    asked = {"device_requests": [gpu_device_request(gpu_request)] if gpus else None, "shm_size": shm_size,
+             "volumes": volumes, "sysctls": sysctls, "read_only": read_only, "tmpfs": tmpfs, "network_mode": network}
+    kwargs.update({k: v for k, v in asked.items() if v})
+    if user is not None:  # "" is a user too (the image's default)
         kwargs["user"] = user
-    if gpus:
-        kwargs["device_requests"] = [gpu_device_request(gpu_request)]
-    if shm_size:
-        kwargs["shm_size"] = shm_size
-    if volumes:
-        kwargs["volumes"] = volumes
-    if sysctls:
-        kwargs["sysctls"] = sysctls
-    if read_only:
-        kwargs["read_only"] = True
-    if tmpfs:
-        kwargs["tmpfs"] = tmpfs
-    if network:
-        kwargs["network_mode"] = network
     try:
         cont = c.containers.create(image, command, **kwargs)
     except docker.errors.ImageNotFound:

@@ -270,21 +270,9 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
     now = now or dt.datetime.now(dt.UTC)
     floor = SEVERITIES.index(_severity(severity))
     entries = allowlist.for_target(target)
-    problems: list[str] = []
-    counted, allowed, used = [], [], set()
-    for scan in scans:
-        for f in scan.findings:
-            if not f.fixable or (SEVERITIES.index(f.severity) < floor and f.severity != "UNKNOWN"):
-                continue
-            hit = next(((where, e) for where, e in entries if e.covers(f)), None)
-            if hit:
-                used.add(id(hit[1]))
-                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
-            else:
-                counted.append({**asdict(f), "scanner": scan.scanner})
-    for f in counted:
-        problems.append(f"{f['severity']} {f['id']} in {f['package']} {f['version']} is fixable ({f['fixed']}) "
-                        f"[{f['scanner']}]")
+    counted, allowed, used = _sorted_findings(scans, entries, floor)
+    problems = [f"{f['severity']} {f['id']} in {f['package']} {f['version']} is fixable ({f['fixed']}) [{f['scanner']}]"
+                for f in counted]
     expired = [{"id": e.id, "package": e.package, "review_by": e.review_by.isoformat(), "in": where}
                for where, e in entries if e.review_by < now.date()]
     for e in expired:
@@ -295,27 +283,8 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
         problems.append(f"{len(unaudited)} package(s) not audited, e.g. {unaudited[0]} (a scan that skipped packages "
                         "passes without checking them)")
     if sbom:
-        want = {_purl_key(p): p for p in sbom_purls(sbom)}
-        for s in scans:
-            if s.packages is not None:
-                missing = sorted(want[k] for k in want.keys() - {_purl_key(p) for p in s.packages})
-                if missing:
-                    unaudited += [f"[{s.scanner}] {p}: in the SBOM, not in the scan" for p in missing]
-                    problems.append(f"{len(missing)} SBOM component(s) are not in the {s.scanner} scan, e.g. {missing[0]}")
-    dbs = []
-    for s in scans:
-        if s.live:
-            continue
-        if s.db_built is None:
-            problems.append(f"the {s.scanner} database's age is unknown (Trivy: pass --db-metadata from "
-                            "`trivy version -f json`; Grype: descriptor.db.built): a stale database passes anything")
-            dbs.append({"scanner": s.scanner, "built": None})
-            continue
-        age = (now - s.db_built).total_seconds() / 3600
-        dbs.append({"scanner": s.scanner, "built": s.db_built.isoformat(), "age_hours": round(age, 1), "from": s.db_from})
-        if age > max_db_age_hours:
-            problems.append(f"the {s.scanner} database was built {s.db_built:%Y-%m-%d %H:%M} UTC, {age:.0f} h ago "
-                            f"(at most {max_db_age_hours:g} h): update it and re-scan")
+        unaudited += _sbom_gaps(sbom, scans, problems)
+    dbs = _db_ages(scans, now, max_db_age_hours, problems)
     if not scans:
         problems.append("no scanner report given")
     return {
@@ -335,6 +304,55 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
         "ok": not problems,
         "judged_at": now.isoformat(timespec="seconds"),
     }
+
+
+def _sorted_findings(scans: list[Scan], entries: list, floor: int) -> tuple[list[dict], list[dict], set[int]]:
+    """(counted, allowed, ids of the allowlist entries used): fixable findings at or above the floor (UNKNOWN
+    always counts), each either covered by an allowlist entry or counted."""
+    counted, allowed, used = [], [], set()
+    for scan in scans:
+        for f in scan.findings:
+            if not f.fixable or (SEVERITIES.index(f.severity) < floor and f.severity != "UNKNOWN"):
+                continue
+            hit = next(((where, e) for where, e in entries if e.covers(f)), None)
+            if hit:
+                used.add(id(hit[1]))
+                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
+            else:
+                counted.append({**asdict(f), "scanner": scan.scanner})
+    return counted, allowed, used
+
+
+def _sbom_gaps(sbom: Path, scans: list[Scan], problems: list[str]) -> list[str]:
+    """SBOM components that a scan listing its packages did not cover (unaudited; one problem per scan)."""
+    want = {_purl_key(p): p for p in sbom_purls(sbom)}
+    gaps = []
+    for s in scans:
+        if s.packages is not None:
+            missing = sorted(want[k] for k in want.keys() - {_purl_key(p) for p in s.packages})
+            if missing:
+                gaps += [f"[{s.scanner}] {p}: in the SBOM, not in the scan" for p in missing]
+                problems.append(f"{len(missing)} SBOM component(s) are not in the {s.scanner} scan, e.g. {missing[0]}")
+    return gaps
+
+
+def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, problems: list[str]) -> list[dict]:
+    """Each offline scanner's database age; an unknown or too old one is a problem (a stale database passes anything)."""
+    dbs = []
+    for s in scans:
+        if s.live:
+            continue
+        if s.db_built is None:
+            problems.append(f"the {s.scanner} database's age is unknown (Trivy: pass --db-metadata from "
+                            "`trivy version -f json`; Grype: descriptor.db.built): a stale database passes anything")
+            dbs.append({"scanner": s.scanner, "built": None})
+            continue
+        age = (now - s.db_built).total_seconds() / 3600
+        dbs.append({"scanner": s.scanner, "built": s.db_built.isoformat(), "age_hours": round(age, 1), "from": s.db_from})
+        if age > max_db_age_hours:
+            problems.append(f"the {s.scanner} database was built {s.db_built:%Y-%m-%d %H:%M} UTC, {age:.0f} h ago "
+                            f"(at most {max_db_age_hours:g} h): update it and re-scan")
+    return dbs
 
 
 def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:

@@ -63,24 +63,15 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
     for t in targets:
         rec = recs[t.id]
         ref = ref_for(t, registry)
-        host, repo, tag = ref.registry, ref.repository, ref.tag
         try:
             img = c.images.get(rec["image_id"])
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        held = Registry(host, auth).manifest(repo, tag)
-        replaced = None
-        if held is not None and not held.holds(rec["image_id"]):
-            if not replace:  # the build tag is a version tag: it names one image
-                msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
-                       f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
-                raise PromotionRefused(msg)
-            replaced = {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-            print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+        replaced = _build_tag_move(t, ref, rec, Registry(ref.registry, auth), replace=replace)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
-            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, log_dir, auth)
+            zdigest = compress.push_zstd(t.id, rec, ref.registry, ref.repository, ref.tag, log_dir, auth)
             zref = compress.zstd_ref(ref)
             records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
             print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
@@ -88,35 +79,56 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
         if compression == "zstd":
             out.append(res)
             continue
-        img.tag(ref.name, tag)
-        creds = credentials(host, auth)
-        auth = {"username": creds[0], "password": creds[1]} if creds else None
-        print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
-        digest = None
-        try:
-            shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
-            for ev in shown.feed(c.images.push(ref.name, tag, auth_config=auth, stream=True, decode=True)):
-                if "error" in ev:
-                    msg = f"push of {ref} failed: {ev['error']}"
-                    raise RegistryError(msg)
-                # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
-                # "TAG: digest: sha256:... size: N"
-                digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), tag) or digest
-        except docker.errors.APIError as e:
-            msg = f"push of {ref} failed: {e.explanation or e}"
-            raise RegistryError(msg) from None
-        if not digest:
-            msg = f"push of {ref} reported no digest"
-            raise RegistryError(msg)
-        m = Registry(host, auth).manifest(repo, digest)
-        if m is None or not m.holds(rec["image_id"]):
-            msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
-            raise RegistryError(msg)
+        digest = _push_gzip(c, img, ref, rec, auth, progress)
         records.update(t.id, digest=digest, pushed_ref=str(ref),
                        **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
         print(f"gpuforge: pushed {ref.at(digest)} (gzip, {info.describe()})", flush=True)
         out.append({**res, "digest": digest})
     return out
+
+
+def _build_tag_move(t: Target, ref: ImageRef, rec: dict, reg: Registry, *, replace: bool) -> dict | None:
+    """The build tag is a version tag: it names one image. When the registry holds another image there, refuse,
+    or (--replace) return what is moved off, to record."""
+    held = reg.manifest(ref.repository, ref.tag)
+    if held is None or held.holds(rec["image_id"]):
+        return None
+    repo, tag = ref.repository, ref.tag
+    if not replace:
+        msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
+               f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
+        raise PromotionRefused(msg)
+    print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+    return {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def _push_gzip(c, img, ref: ImageRef, rec: dict, auth: RegistryAuth, progress: str) -> str:
+    """Push the image through the engine as `ref`; returns the digest, checked to be this very image on the registry."""
+    img.tag(ref.name, ref.tag)
+    creds = credentials(ref.registry, auth)
+    engine_auth = {"username": creds[0], "password": creds[1]} if creds else None
+    print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
+    digest = None
+    try:
+        shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
+        for ev in shown.feed(c.images.push(ref.name, ref.tag, auth_config=engine_auth, stream=True, decode=True)):
+            if "error" in ev:
+                msg = f"push of {ref} failed: {ev['error']}"
+                raise RegistryError(msg)
+            # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
+            # "TAG: digest: sha256:... size: N"
+            digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), ref.tag) or digest
+    except docker.errors.APIError as e:
+        msg = f"push of {ref} failed: {e.explanation or e}"
+        raise RegistryError(msg) from None
+    if not digest:
+        msg = f"push of {ref} reported no digest"
+        raise RegistryError(msg)
+    m = Registry(ref.registry, auth).manifest(ref.repository, digest)
+    if m is None or not m.holds(rec["image_id"]):
+        msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
+        raise RegistryError(msg)
+    return digest
 
 
 def _refuse(t_id: str, why: str) -> None:
