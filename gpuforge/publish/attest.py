@@ -5,7 +5,7 @@ promotion record) to a pushed image digest as an in-toto attestation; `verified_
 back with `cosign verify-attestation`, in registry order (the order cosign appended them), so promotion
 (and any consumer) judges signed statements on the registry, never a local file.
 
-Signing (a Signer): a key pair (`--key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
+Signing (a Signer): a key pair (`--sign-key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification (a Verifier): the
 public key (GPUFORGE_COSIGN_PUBLIC_KEY) or the expected identity + issuer (GPUFORGE_COSIGN_IDENTITY,
 GPUFORGE_COSIGN_ISSUER). GPUFORGE_COSIGN_TLOG=1 uploads to / checks the Rekor transparency log

@@ -83,7 +83,7 @@ def check(t, *, ref: str, record: dict, verifier, require_cve: bool) -> None:
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
-                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --key cosign.key`)")
+                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --sign-key cosign.key`)")
     if require_cve:
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
                            built_at=record.get("built_at"))

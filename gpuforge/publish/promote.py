@@ -172,7 +172,7 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
         _refuse(who, f"{ref} carries no signed validation attestation that verifies (sign in the validating run: "
-                     f"`gpuforge validate --attest --key KEY {who}` after `gpuforge push`)")
+                     f"`gpuforge validate --attest --sign-key KEY {who}` after `gpuforge push`)")
 
     def check(s: attest.Signed, what: str, gpu: bool) -> None:
         p = s.predicate
@@ -326,5 +326,5 @@ def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
     """Signing a report file is refused: the file can be edited after the run that made it (#18)."""
     ids = " ".join(t.id for t in targets) or "SEL"
     msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "
-           f"validating run signs; run `gpuforge validate --attest --key KEY {ids}` after `gpuforge push`")
+           f"validating run signs; run `gpuforge validate --attest --sign-key KEY {ids}` after `gpuforge push`")
     raise PromotionRefused(msg)

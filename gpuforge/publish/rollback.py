@@ -1,4 +1,4 @@
-"""`gpuforge rollback --env ENV TARGET [--to DIGEST | --steps N]`: point the environment's tags back at a
+"""`gpuforge rollback --env ENV TARGET [--digest DIGEST | --steps N]`: point the environment's tags back at a
 digest that was itself promoted there (the registry's history says so), after verifying its signed evidence
 again. Manifests are copied by digest within the repository: no rebuild, no layer pulled or pushed. The
 rollback is a promotion record of its own (kind rollback), so history shows it."""
@@ -25,13 +25,13 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
     """The promotion whose digest the rollback restores."""
     if to is not None:
         if not re.fullmatch(r"sha256:[0-9a-f]{12,64}", to):
-            msg = f"--to {to!r}: not a digest (sha256: and at least 12 hex digits)"
+            msg = f"--digest {to!r}: not a digest (sha256: and at least 12 hex digits)"
             raise ConfigError(msg)
         hits = [r for r in done if r.digest.startswith(to)]
         if not hits:
             _refuse(t, f"{to} was never promoted to {done[0].env if done else 'this environment'} (see `gpuforge history`)")
         if len({r.digest for r in hits}) > 1:
-            msg = f"--to {to}: matches more than one promoted digest; give more digits"
+            msg = f"--digest {to}: matches more than one promoted digest; give more digits"
             raise ConfigError(msg)
         return hits[-1]
     n = 1 if steps is None else steps
@@ -44,7 +44,7 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
             runs.append(r)
     if runs and current and runs[-1].digest != current:
         _refuse(t, f"the version tag points at {current[:19]}, which its last promotion record does not name "
-                   f"(moved outside gpuforge?); give --to DIGEST")
+                   f"(moved outside gpuforge?); give --digest DIGEST")
     if len(runs) <= n:
         _refuse(t, f"history has {len(runs)} promoted digest(s); nothing {n} step(s) back")
     return runs[-1 - n]
@@ -54,7 +54,7 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
              verifier: attest.Verifier | None, signer: attest.Signer, allow_no_gpu: bool = False,
              reports: Path | None = None) -> dict:
     if to is not None and steps is not None:
-        msg = "give --to DIGEST or --steps N, not both"
+        msg = "give --digest DIGEST or --steps N, not both"
         raise ConfigError(msg)
     t0 = time.monotonic()
     if verifier is None:

@@ -245,7 +245,7 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, records, 
                 attest.attest(str(t.ref.on(registry).pinned(ev.digest)), d / "release-notes.json", NOTES_TYPE,
                               signer=signer)
         elif sign:
-            msg = "--attest needs --output (the notes file is what is signed)"
+            msg = "--attest needs --output-dir (the notes file is what is signed)"
             raise ConfigError(msg)
         _summary(md)
         out.append(json.dumps(n, indent=2, sort_keys=True) + "\n" if fmt == "json" else md)

@@ -134,12 +134,12 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         assert "linux" in plats and "unknown" in plats, plats
 
     # the validating run signs its result onto the pushed digest (the only signing path)
-    cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--key", keys["key"])
+    cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"])
     [signed] = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
                                           state_here.verifier(keys["pub"]))  # subject == this digest, or none
     assert signed["evidence"]["image_id"] == rec["image_id"]
 
-    cli("promote", "--to", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
+    cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
         "--sign-key", keys["key"])
     dev = Registry(host, state_here.auth()).manifest(repo, f"{tag}-dev")
     assert dev is not None and dev.digest == digest

@@ -105,7 +105,7 @@ def _sign_green_cve_verdict(fleet, capsys) -> None:
     allow.write_text("global:\n" + cve.suggestions(cve.judge([scan], cve.Allowlist())))
     args = ["--matrix", str(fleet["matrix"]), "cve-gate", str(fx / "trivy-default.json"), "--db-metadata", str(meta),
             "--sbom", str(fx / "sbom-default.cdx.json"), "--allowlist", str(allow), "--target", fleet["t"].id,
-            "--output", str(fleet["dir"] / "cve.json"), "--attest", "--key", fleet["key"], "--registry", fleet["host"]]
+            "--output", str(fleet["dir"] / "cve.json"), "--attest", "--sign-key", fleet["key"], "--registry", fleet["host"]]
     assert main(args) == 0, capsys.readouterr()
     assert f"signed the verdict onto {fleet['ref']}" in capsys.readouterr().out
 
@@ -144,7 +144,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
 
     # release notes of the promoted digest
     out = fleet["dir"] / "notes"
-    assert main([*m, "release-notes", *sel, "--format", "json", "--output", str(out), "--attest",
+    assert main([*m, "release-notes", *sel, "--format", "json", "--output-dir", str(out), "--attest",
                  "--sign-key", fleet["key"]]) == 0
     n = json.loads(capsys.readouterr().out)
     assert n["versions"]["torch"] == "2.7.1+cu126" and n["driver_floor"]["full"] == "560.28.03"
@@ -160,7 +160,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     assert signed and signed[0]["digest"] == fleet["digest"]
 
     # the nightly re-scan's input: the prod digest's signed SBOM, verified, without pulling the image
-    assert main([*m, "prod-sboms", *sel, "--output", str(fleet["dir"] / "rescan")]) == 0
+    assert main([*m, "prod-sboms", *sel, "--output-dir", str(fleet["dir"] / "rescan")]) == 0
     got = fleet["dir"] / "rescan" / t.id
     assert (got / "digest").read_text().strip() == fleet["digest"]
     local = json.loads((validated["reports"] / t.id / "sbom.cdx.json").read_text())

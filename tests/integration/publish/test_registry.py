@@ -130,7 +130,7 @@ def pushed(default_build, auth_registry, cosign_keys, tmp_path_factory):
     [res] = promote.push_targets([t], **state_here.push_kw())
     print(f"\npush of the default image: {time.monotonic() - t0:.0f} s")
     reports = tmp_path_factory.mktemp("signed-reports")
-    r = gpuforge("validate", "--attest", "--key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
+    r = gpuforge("validate", "--attest", "--sign-key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
     mp.undo()
     assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
     assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
@@ -270,7 +270,7 @@ def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
 def test_validate_attest_refuses_a_target_not_pushed_there(pushed, creds, cosign_keys, tmp_path):
     t, _ = pushed
     m = _matrix(tmp_path, t.registry, "gpuforge/never-pushed")
-    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path))
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--sign-key", cosign_keys["key"], "--reports", str(tmp_path))
     assert r.returncode == 6, r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and "is missing, not the built image" in r.stderr, r.stderr
     assert "validating" not in r.stdout  # refused before any check ran
@@ -365,13 +365,13 @@ def test_prod_without_gpu_evidence_is_refused_by_default(pushed, creds, cosign_k
     tr, res = _repo_copy(pushed, "gpuforge/nogpu", evidence_too=False)
     _sign(tr, res["digest"], res["report"], cosign_keys)  # the run's own (non-GPU) report, and nothing else
     m = _matrix(tmp_path, tr.registry, "gpuforge/nogpu")
-    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 0, r.stderr[-2000:]
-    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "prod", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 7, r.stderr
     assert r.stderr.count("\n") == 1 and "carries no signed GPU validation" in r.stderr, r.stderr
     assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") is None
-    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--allow-no-gpu", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "prod", "--allow-no-gpu", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "WARNING" in r.stderr and "WITHOUT GPU evidence" in r.stderr
     assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") == res["digest"]
@@ -400,7 +400,7 @@ def test_forged_report_sequence_is_refused(pushed, creds, cosign_keys, tmp_path,
     assert r.returncode == 7 and "attest of a report file is refused" in r.stderr, r.stderr
     att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
     assert _digest(tr.registry, tr.repository, att) is None, "something was signed"
-    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--reports", str(reports), "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--reports", str(reports), "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
     assert r.returncode == 7, r.stderr
     assert r.stderr.count("\n") == 1 and "carries no signed validation attestation" in r.stderr, r.stderr
     assert all(_digest(tr.registry, tr.repository, tag) is None for tag in _env_tags(tr, "dev"))
@@ -426,7 +426,7 @@ def test_a_real_red_run_signed_by_validate_attest_blocks(pushed, creds, cosign_k
     """`validate --attest` signs a red (and partial) run too, and being the newest it blocks the earlier green."""
     tr, _ = _repo_copy(pushed, "gpuforge/redrun")
     m = _matrix(tmp_path, tr.registry, "gpuforge/redrun")
-    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path),
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--sign-key", cosign_keys["key"], "--reports", str(tmp_path),
                  "--pytest-args", "-k test_torch --gpuforge-expect torch=0.0.0")
     assert r.returncode == 5, r.stderr[-2000:]
     assert "signed this run's validation (NOT green)" in r.stdout
@@ -588,7 +588,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         assert len(tags) == 3
         env = {"PATH": f"{wrap}:{os.environ['PATH']}", "GF_COPY_COUNT": str(tmp_path / "count"), "GF_KILL_AT": "3",
                "GF_REGISTRY_PID": str(reg.proc.pid), "GPUFORGE_REGISTRY_USER": "", "GPUFORGE_REGISTRY_PASSWORD": ""}
-        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
+        r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
         assert r.returncode == 6, r.stdout + r.stderr
         line = r.stderr.strip().splitlines()[-1]
         assert f"interrupted: moved {tags[0]}, {tags[1]} to {res['digest'][:19]}, not moved {tags[2]}" in line, line
@@ -599,7 +599,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         assert [_digest(reg.host, tk.repository, tg) for tg in tags] == [res["digest"], res["digest"], None]
         r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
         assert r.returncode == 0 and "INTERRUPTED promote" in r.stdout, r.stdout + r.stderr
-        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+        r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert "completing the interrupted promote" in r.stderr and f"already moved: {tags[0]}, {tags[1]}" in r.stderr
         assert all(_digest(reg.host, tk.repository, tg) == res["digest"] for tg in tags)

@@ -33,7 +33,7 @@ def test_no_statement_after_a_return(fn):
 TOKENS = ("SIGSTORE_ID_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "GPUFORGE_COSIGN_KEY")
 
 
-@pytest.mark.parametrize("argv", [["promote", "--to", "dev"], ["rollback", "TARGET", "--env", "prod", "--steps", "1"]])
+@pytest.mark.parametrize("argv", [["promote", "--env", "dev"], ["rollback", "TARGET", "--env", "prod", "--steps", "1"]])
 def test_unsignable_records_are_refused_before_any_work(argv, monkeypatch, capsys, tmp_path):
     for k in TOKENS:
         monkeypatch.delenv(k, raising=False)
@@ -61,7 +61,7 @@ def test_the_refused_attest_command_carries_no_option_rows():
 def test_attest_with_anything_is_refused_with_what_to_run(capsys):
     assert cli.main(["attest", "--gpu", "--key", "cosign.key", "some-target"]) == 7
     err = capsys.readouterr().err
-    assert "run `gpuforge validate --attest --key KEY" in err and err.count("\n") == 1
+    assert "run `gpuforge validate --attest --sign-key KEY" in err and err.count("\n") == 1
 
 
 def test_other_commands_still_refuse_unknown_flags(capsys):

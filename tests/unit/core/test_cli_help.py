@@ -41,7 +41,7 @@ def test_top_level_help_is_for_users():
     r = gpuforge("--help")
     assert r.returncode == 0
     assert "FatalError" not in r.stdout and "caught once" not in r.stdout
-    assert "gpuforge build" in r.stdout and "gpuforge promote --to dev" in r.stdout
+    assert "gpuforge build" in r.stdout and "gpuforge promote --env dev" in r.stdout
 
 
 def test_exit_codes_are_in_every_help_and_in_the_readme():

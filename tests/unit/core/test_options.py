@@ -120,7 +120,7 @@ def test_a_bad_variable_is_one_line_naming_it(write_matrix, monkeypatch, capsys,
     (["build", "--driver", "kaniko"], "--driver: 'kaniko' is not a build driver"),
     (["build", "-j", "0"], "--jobs: '0' is not a number of parallel builds"),
     (["build", "--progress", "fancy"], "--progress: 'fancy' is not a progress style"),
-    (["promote", "--to", "staging"], "--to: 'staging' is not a promotion environment (allowed: dev, prod)"),
+    (["promote", "--env", "staging"], "--env: 'staging' is not a promotion environment (allowed: dev, prod)"),
     (["push", "--registry", "https://ghcr.io"], "--registry: 'https://ghcr.io': a registry is HOST[:PORT] without a scheme"),
 ])
 def test_a_bad_flag_goes_through_the_same_check(write_matrix, capsys, no_build, argv, line):
