@@ -28,11 +28,16 @@ def _matrix(args) -> Matrix:
 
 def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
     """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate).
-    Loading the matrix completes the options (matrix.yaml is one of their sources)."""
+    Loading the matrix completes the options (matrix.yaml is one of their sources); --registry (GPUFORGE_REGISTRY)
+    moves the targets onto that registry here, once, so every stage reads each target's own reference."""
     m = _matrix(args)
-    if all_by_default and not args.selectors:
-        return m, list(m.targets)
-    return m, m.select(args.selectors)
+    targets = list(m.targets) if all_by_default and not args.selectors else m.select(args.selectors)
+    return m, [t.on(_registry(args)) for t in targets]
+
+
+def _registry(args) -> str | None:
+    o = options.for_args(args)
+    return o.registry if o.resolved.get("registry") else None
 
 
 # --- the values a stage needs, made once from this command's resolved options ----------------------------
@@ -189,7 +194,7 @@ def cmd_validate(args) -> int:
         from gpuforge.publish import signed_run
 
         return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
-                                              records=_records(o), registry=o.registry, pytest_args=o.pytest_args,
+                                              records=_records(o), pytest_args=o.pytest_args,
                                               gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
     return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
@@ -224,7 +229,7 @@ def cmd_push(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    promote.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir), registry=o.registry,
+    promote.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir),
                          replace=o.replace, compression=o.compression, progress=o.progress)
     return 0
 
@@ -236,7 +241,7 @@ def cmd_promote(args) -> int:
     sign_key = _record_signing_key(o)  # first: a promotion that cannot sign its record never touches a tag
     m, targets = _targets(args)
     promote.promote_targets(targets, env=o.env, records=_records(o), auth=_auth(o), verifier=_verifier_or_none(o),
-                            signer=_signer(o, sign_key), reports=Path(o.reports), registry=o.registry,
+                            signer=_signer(o, sign_key), reports=Path(o.reports),
                             require_gpu=o.require_gpu, allow_no_gpu=o.allow_no_gpu, replace=o.replace,
                             require_cve=o.prod_require_cve)
     return 0
@@ -255,7 +260,7 @@ def cmd_status(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    return status.status(targets, env=o.env, registry=o.registry, verifier=_verifier_or_none(o),
+    return status.status(targets, env=o.env, verifier=_verifier_or_none(o),
                          records=_records(o), as_json=o.json)
 
 
@@ -263,7 +268,7 @@ def cmd_history(args) -> int:
     from gpuforge.publish import status
 
     o = options.for_args(args)
-    return status.show_history(_one_target(args), env=o.env, registry=o.registry, verifier=_verifier_or_none(o),
+    return status.show_history(_one_target(args), env=o.env, verifier=_verifier_or_none(o),
                                as_json=o.json)
 
 
@@ -272,7 +277,7 @@ def cmd_rollback(args) -> int:
 
     o = options.for_args(args)
     sign_key = _record_signing_key(o)
-    rollback.rollback(_one_target(args), env=o.env, to=o.digest, steps=o.steps, registry=o.registry,
+    rollback.rollback(_one_target(args), env=o.env, to=o.digest, steps=o.steps,
                       verifier=_verifier_or_none(o), signer=_signer(o, sign_key), allow_no_gpu=o.allow_no_gpu,
                       reports=Path(o.reports))
     return 0
@@ -303,12 +308,12 @@ def cmd_cve_gate(args) -> int:
     from gpuforge.publish import cve
 
     o = options.for_args(args)
-    t = load_matrix(Path(o.matrix)).by_id(o.target) if o.target else None
+    t = load_matrix(Path(o.matrix)).by_id(o.target).on(o.registry) if o.target else None
     cve.gate([Path(p) for p in args.scans], allowlist=Path(o.cve_allowlist) if o.cve_allowlist else None, target=t,
              severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
              db_metadata=Path(o.db_metadata) if o.db_metadata else None, sbom=Path(o.sbom) if o.sbom else None,
              output=Path(o.output) if o.output else None, sign=o.attest, signer=_signer(o, o.signing_key),
-             registry=o.registry, digest=o.digest, records=_records(o))
+             digest=o.digest, records=_records(o))
     return 0
 
 
@@ -317,7 +322,7 @@ def cmd_prod_sboms(args) -> int:
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    cve.write_prod_sboms(targets, registry=o.registry, verifier=_verifier(o), out=Path(o.output_dir))
+    cve.write_prod_sboms(targets, verifier=_verifier(o), out=Path(o.output_dir))
     return 0
 
 
@@ -338,7 +343,7 @@ def cmd_outdated(args) -> int:
         if verifier is None:
             msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
             raise ConfigError(msg)
-        found += outdated.prod_cve(targets, registry=o.registry, verifier=verifier)
+        found += outdated.prod_cve(targets, verifier=verifier)
     sys.stdout.write(outdated.report(found, as_json=o.json))
     return 0
 
@@ -356,7 +361,7 @@ def cmd_support(args) -> int:
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    sys.stdout.write(support.support_cli(m, targets, fmt=o.format, registry=o.registry, verifier=_verifier(o),
+    sys.stdout.write(support.support_cli(m, targets, fmt=o.format, verifier=_verifier(o),
                                          records=_records(o)))
     return 0
 
@@ -366,7 +371,7 @@ def cmd_release_notes(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    sys.stdout.write(support.notes_cli(m, targets, fmt=o.format, registry=o.registry, verifier=_verifier(o),
+    sys.stdout.write(support.notes_cli(m, targets, fmt=o.format, verifier=_verifier(o),
                                        records=_records(o), digest=o.digest, previous=o.previous,
                                        output=o.output_dir, sign=o.attest, signer=_signer(o, o.signing_key)))
     return 0

@@ -142,8 +142,7 @@ class Signed:
 def _att_layers(ref: str, auth: RegistryAuth) -> list[str]:
     """The layer digests of the digest's attestation manifest, in registry order ([] when there is none)."""
     parsed = ImageRef.parse(ref)
-    host, repo, digest = parsed.registry, parsed.repository, parsed.digest
-    m = Registry(host, auth).manifest(repo, "sha256-" + digest.split(":", 1)[1] + ".att")
+    m = Registry(auth).manifest(parsed.bare().with_tag("sha256-" + str(parsed.digest).split(":", 1)[1] + ".att"))
     if m is None:
         return []
     return [layer.get("digest") for layer in json.loads(m.body).get("layers", [])]

@@ -72,12 +72,12 @@ def zstd_ref(ref: ImageRef) -> ImageRef:
     return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
 
 
-def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path, auth: RegistryAuth) -> str:
-    """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
-    zref = zstd_ref(ImageRef(host, repo, tag))
+def push_zstd(tid: str, rec: dict, build_ref: ImageRef, log_dir: Path, auth: RegistryAuth) -> str:
+    """Push the recorded build as the build tag's -zstd copy; returns its digest (checked as described above)."""
+    zref = zstd_ref(build_ref)
     ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
-    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(auth, host) as af:
+    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(auth, zref.registry) as af:
         argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         if af:  # buildx pushes with the docker config's credentials
@@ -93,13 +93,13 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
         last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"
         raise RegistryError(msg)
-    reg = Registry(host, auth)
-    m = reg.manifest(repo, digest)
+    reg = Registry(auth)
+    m = reg.manifest(zref.pinned(digest))
     if m is None:
         msg = f"zstd push of {ref} reported {digest}, which the registry does not hold"
         raise RegistryError(msg)
-    zs = reg.config(repo, digest)
-    layers = _layers(reg, repo, m)
+    zs = reg.config(zref.pinned(digest))
+    layers = _layers(reg, zref, m)
     if not layers or not all(mt.endswith("+zstd") for mt in layers):
         msg = f"{zref.at(digest)}: not every layer is zstd ({sorted(set(layers))})"
         raise RegistryError(msg)
@@ -110,14 +110,14 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
     return digest
 
 
-def _layers(reg: Registry, repo: str, m) -> list[str]:
+def _layers(reg: Registry, ref: ImageRef, m) -> list[str]:
     """The layer media types of the image manifest (an index's linux manifest)."""
     doc = json.loads(m.body)
     if "manifests" in doc:
         plat = [d for d in doc["manifests"] if d.get("platform", {}).get("os") == "linux"]
         if not plat:
             return []
-        sub = reg.manifest(repo, plat[0]["digest"])
+        sub = reg.manifest(ref.pinned(plat[0]["digest"]))
         doc = json.loads(sub.body) if sub else {}
     return [layer.get("mediaType", "") for layer in doc.get("layers", [])]
 

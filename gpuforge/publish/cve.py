@@ -391,8 +391,8 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
 
 def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
-         output: Path | None = None, signer=None, sign: bool = False, registry: str | None = None,
-         digest: str | None = None, records=None) -> dict:
+         output: Path | None = None, signer=None, sign: bool = False, digest: str | None = None,
+         records=None) -> dict:
     """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it with `signer`
     (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed digest.
     Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
@@ -424,7 +424,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
-        _sign(target, output, signer, registry, subject.get("digest"))
+        _sign(target, output, signer, subject.get("digest"))
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
           f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
@@ -434,7 +434,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _sign(target, verdict_path: Path | None, signer, registry: str | None, digest: str | None) -> None:
+def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None:
     from gpuforge.publish import attest
 
     if target is None or verdict_path is None:
@@ -444,12 +444,12 @@ def _sign(target, verdict_path: Path | None, signer, registry: str | None, diges
         msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
-    ref = str(target.ref.on(registry).pinned(digest))
+    ref = str(target.ref.pinned(digest))
     attest.attest(ref, verdict_path, CVE_TYPE, signer=signer)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
 
 
-def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> list[tuple[str, str]]:
+def write_prod_sboms(targets, *, verifier, out: Path) -> list[tuple[str, str]]:
     """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
     and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
     from gpuforge.publish import attest
@@ -457,8 +457,8 @@ def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> l
 
     done = []
     for t in targets:
-        ref = t.ref.on(registry)
-        m = Registry(ref.registry, verifier.auth).manifest(ref.repository, f"{ref.tag}-prod")
+        ref = t.ref
+        m = Registry(verifier.auth).manifest(ref.with_tag(f"{ref.tag}-prod"))
         if m is None:
             continue
         boms = attest.verified_predicates(str(ref.pinned(m.digest)), CYCLONEDX_TYPE, verifier)

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from gpuforge.errors import ConfigError, FatalError
 from gpuforge.image import compat
+from gpuforge.plan.target import ImageRef
 from gpuforge.state import files
 
 LOCK_NAME = "bases.lock"  # beside matrix.yaml: {"reference": "sha256:..."} for every pulled base
@@ -69,12 +70,10 @@ def upstream(targets) -> list[Finding]:
 # --- base images: tags against the lock ---------------------------------------------------------------------
 
 def split_image(ref: str) -> tuple[str, str, str]:
-    """'ubuntu:24.04' -> ('docker.io', 'library/ubuntu', '24.04'); '127.0.0.1:5000/a/b:t' -> (host, 'a/b', 't')."""
-    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first, rest, tag
-    return "docker.io", name if "/" in name else f"library/{name}", tag
+    """'ubuntu:24.04' -> ('docker.io', 'library/ubuntu', '24.04'); '127.0.0.1:5000/a/b:t' -> (host, 'a/b', 't'):
+    ImageRef's parse with Docker's defaults made explicit."""
+    c = ImageRef.parse(ref).canonical()
+    return c.registry, c.repository, str(c.tag)
 
 
 def pulled_bases(targets) -> list[str]:
@@ -106,8 +105,7 @@ def current_digest(ref: str, auth=None) -> str | None:
     """The digest a base reference names now (read with `auth`, a RegistryAuth; None: no credentials of ours)."""
     from gpuforge.publish.registry import ANONYMOUS, Registry
 
-    host, repo, tag = split_image(ref)
-    m = Registry(host, auth or ANONYMOUS).manifest(repo, tag)
+    m = Registry(auth or ANONYMOUS).manifest(ImageRef.parse(ref).canonical())
     return m.digest if m else None
 
 
@@ -190,15 +188,15 @@ def security(targets, records) -> list[Finding]:
 
 # --- prod digests whose CVE verdict turned red --------------------------------------------------------------
 
-def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
+def prod_cve(targets, *, verifier) -> list[Finding]:
     from gpuforge.publish import attest, cve
     from gpuforge.publish.registry import Registry
 
     out = []
     for t in targets:
-        ref = t.ref.on(registry)
+        ref = t.ref
         try:
-            m = Registry(ref.registry, verifier.auth).manifest(ref.repository, f"{ref.tag}-prod")
+            m = Registry(verifier.auth).manifest(ref.with_tag(f"{ref.tag}-prod"))
             if m is None:
                 continue  # never promoted
             probs = cve.cve_ok(attest.verified_predicates(str(ref.pinned(m.digest)), cve.CVE_TYPE, verifier),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from gpuforge.errors import PromotionRefused
+from gpuforge.plan.target import ImageRef
 from gpuforge.validate import evidence
 
 
@@ -85,7 +86,7 @@ def check(t, *, ref: str, record: dict, verifier, require_cve: bool) -> None:
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
                    "(images.yml's gpu job: `gpuforge validate --gpu --attest --sign-key cosign.key`)")
     if require_cve:
-        probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
+        probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=str(ImageRef.parse(ref).digest),
                            built_at=record.get("built_at"))
         if probs:
             refuse("; ".join(probs))

@@ -36,18 +36,13 @@ from gpuforge.state.records import Records
 from gpuforge.validate import evidence
 
 
-def ref_for(t: Target, registry: str | None) -> ImageRef:
-    """The target's build tag, on `registry` (--registry / GPUFORGE_REGISTRY) when given."""
-    return t.ref.on(registry)
-
-
 def pushed_digest(status: str, tag: str) -> str | None:
     m = re.fullmatch(rf"{re.escape(tag)}: digest: (sha256:[0-9a-f]{{64}}) size: \d+", status.strip())
     return m.group(1) if m else None
 
 
 def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth, log_dir: Path,
-                 registry: str | None = None, replace: bool = False, compression: str = "gzip",
+                 replace: bool = False, compression: str = "gzip",
                  progress: str = "auto") -> list[dict]:
     """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir)."""
     compress.check(compression)
@@ -62,16 +57,16 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
     out = []
     for t in targets:
         rec = recs[t.id]
-        ref = ref_for(t, registry)
+        ref = t.ref
         try:
             img = c.images.get(rec["image_id"])
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        replaced = _build_tag_move(t, ref, rec, Registry(ref.registry, auth), replace=replace)
+        replaced = _build_tag_move(t, ref, rec, Registry(auth), replace=replace)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
-            zdigest = compress.push_zstd(t.id, rec, ref.registry, ref.repository, ref.tag, log_dir, auth)
+            zdigest = compress.push_zstd(t.id, rec, ref, log_dir, auth)
             zref = compress.zstd_ref(ref)
             records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
             print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
@@ -90,7 +85,7 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
 def _build_tag_move(t: Target, ref: ImageRef, rec: dict, reg: Registry, *, replace: bool) -> dict | None:
     """The build tag is a version tag: it names one image. When the registry holds another image there, refuse,
     or (--replace) return what is moved off, to record."""
-    held = reg.manifest(ref.repository, ref.tag)
+    held = reg.manifest(ref)
     if held is None or held.holds(rec["image_id"]):
         return None
     repo, tag = ref.repository, ref.tag
@@ -124,7 +119,7 @@ def _push_gzip(c, img, ref: ImageRef, rec: dict, auth: RegistryAuth, progress: s
     if not digest:
         msg = f"push of {ref} reported no digest"
         raise RegistryError(msg)
-    m = Registry(ref.registry, auth).manifest(ref.repository, digest)
+    m = Registry(auth).manifest(ref.pinned(digest))
     if m is None or not m.holds(rec["image_id"]):
         msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
         raise RegistryError(msg)
@@ -220,12 +215,12 @@ def moving_alias(tag: str) -> bool:
     return tag == "latest" or tag.startswith("latest-")
 
 
-def version_tags_moved(reg: Registry, repo: str, tags: list[str], digest: str) -> dict[str, str]:
+def version_tags_moved(reg: Registry, repo: ImageRef, tags: list[str], digest: str) -> dict[str, str]:
     """The version tags among `tags` that now name another digest (tag -> that digest)."""
     out = {}
     for tg in tags:
         if not moving_alias(tg):
-            held = reg.manifest(repo, tg)
+            held = reg.manifest(repo.with_tag(tg))
             if held is not None and held.digest != digest:
                 out[tg] = held.digest
     return out
@@ -239,28 +234,28 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
     return require_gpu or (env == "prod" and not allow_no_gpu)
 
 
-def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, registry: str | None, require_gpu: bool,
+def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
           allow_no_gpu: bool, replace: bool, verifier, require_cve: bool) -> tuple[transaction.Move, history.History]:
     rec = records.require(t.id)
     if not rec.get("digest"):
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
     image_id, digest = rec["image_id"], rec["digest"]
-    ref = ref_for(t, registry)
-    host, repo, tag = ref.registry, ref.repository, ref.tag
-    reg = Registry(host, auth)
-    m = reg.manifest(repo, digest)
+    ref = t.ref
+    repo, tag = ref.bare(), str(ref.tag)
+    reg = Registry(auth)
+    m = reg.manifest(ref.pinned(digest))
     if m is None:
         _refuse(t.id, f"the registry has no manifest {digest}")
     if not m.holds(image_id):
         _refuse(t.id, f"{digest} holds image {m.config_digest or 'an index'}, not the validated {image_id[:19]}")
-    current = reg.manifest(repo, tag)
+    current = reg.manifest(ref)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
-        _refuse(t.id, f"{repo}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
+        _refuse(t.id, f"{ref.repository}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
     if env == "prod":
-        dev = reg.manifest(repo, f"{tag}-dev")
+        dev = reg.manifest(ref.with_tag(f"{tag}-dev"))
         if dev is None or dev.digest != digest:
-            _refuse(t.id, f"{repo}:{tag}-dev does not point to {digest}; promote to dev first")
+            _refuse(t.id, f"{ref.repository}:{tag}-dev does not point to {digest}; promote to dev first")
     if verifier is None:
         _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
@@ -270,7 +265,7 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, registry
     tags = env_tags(t, tag, env)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:
-        _refuse(t.id, f"version tag(s) {', '.join(f'{repo}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
+        _refuse(t.id, f"version tag(s) {', '.join(f'{ref.repository}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
                       "name another digest; version tags are immutable: pass --replace to move them to this digest "
                       "(recorded in the promotion record)")
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
@@ -279,23 +274,21 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, registry
     return mv, hist
 
 
-def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
+def rejudge(reg: Registry, repo: ImageRef, verifier, rec: PromotionRecord) -> None:
     """An interrupted intent is completed only if its evidence still holds (a red run may have come since)."""
-    m = reg.manifest(repo, rec.digest)
+    m = reg.manifest(repo.pinned(rec.digest))
     if m is None:
         _refuse(rec.target, f"the registry has no manifest {rec.digest}")
-    judge(str(ImageRef(reg.host, repo, digest=rec.digest)), m, verifier,
+    judge(str(repo.pinned(rec.digest)), m, verifier,
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 
-def resume(t: Target, *, env: str, registry: str | None, verifier, signer: attest.Signer,
+def resume(t: Target, *, env: str, verifier, signer: attest.Signer,
            reports: Path | None) -> PromotionRecord | None:
     """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
     if verifier is None:
         return None  # the plan refuses with the reason
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    reg = Registry(host, verifier.auth)
+    repo, reg = t.ref.bare(), Registry(verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
     return transaction.complete_interrupted(hist, reg, repo, signer=signer, reports=reports,
                                             judge=lambda rec: rejudge(reg, repo, verifier, rec))
@@ -303,14 +296,14 @@ def resume(t: Target, *, env: str, registry: str | None, verifier, signer: attes
 
 def promote_targets(targets: list[Target], *, env: str, records: Records, auth: RegistryAuth,
                     verifier: attest.Verifier | None, signer: attest.Signer, reports: Path | None = None,
-                    registry: str | None = None, require_gpu: bool = False, allow_no_gpu: bool = False,
+                    require_gpu: bool = False, allow_no_gpu: bool = False,
                     replace: bool = False, require_cve: bool = False) -> list[dict]:
     """Promote each target's pushed digest to `env`; `verifier` checks the evidence (None: refused, saying how to
     give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict."""
     require_gpu = gpu_rule(env, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu)
     for t in targets:
-        resume(t, env=env, registry=registry, verifier=verifier, signer=signer, reports=reports)
-    plans = [_plan(t, records=records, auth=auth, env=env, registry=registry, require_gpu=require_gpu,
+        resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
+    plans = [_plan(t, records=records, auth=auth, env=env, require_gpu=require_gpu,
                    allow_no_gpu=allow_no_gpu, replace=replace, verifier=verifier, require_cve=require_cve)
              for t in targets]
     results = []

@@ -140,64 +140,71 @@ class Manifest:
         return image_id in (self.digest, self.config_digest)
 
 
+def _named(ref: ImageRef) -> str:
+    """REPOSITORY@DIGEST or REPOSITORY:TAG, for messages (the host is said apart)."""
+    return ref.repository + (f"@{ref.digest}" if ref.digest else f":{ref.tag}" if ref.tag else "")
+
+
 class Registry:
-    """One registry host, spoken to with `auth`."""
+    """The registry client: spoken to with `auth`; every call names its image by an ImageRef (the one
+    reference grammar), whose registry says which host is asked."""
 
-    def __init__(self, host: str, auth: RegistryAuth):
-        self.host, self.auth = host, auth
-        self.tls = ["--tls-verify=false"] if insecure(host, auth) else []
+    def __init__(self, auth: RegistryAuth):
+        self.auth = auth
 
-    def _docker(self, repo: str, ref: str | None = None) -> str:
-        """skopeo's name for repo, repo:TAG or repo@DIGEST on this registry."""
-        r = ImageRef(self.host, repo)
-        if ref:
-            r = r.at(ref) if ref.startswith("sha256:") else r.with_tag(ref)
-        return f"docker://{r}"
+    def _tls(self, ref: ImageRef) -> list[str]:
+        return ["--tls-verify=false"] if insecure(ref.registry, self.auth) else []
 
-    def manifest(self, repo: str, ref: str) -> Manifest | None:
+    @staticmethod
+    def _docker(ref: ImageRef) -> str:
+        """skopeo's name for the repository, a tag of it or a digest of it (a digest wins over a tag)."""
+        return f"docker://{ref.pinned(ref.digest) if ref.digest else ref}"
+
+    def _skopeo(self, args: list[str], ref: ImageRef, what: str) -> subprocess.CompletedProcess:
+        with auth_file(self.auth, ref.registry) as af:
+            return skopeo([*args[:1], "--retry-times", "2", *(self._tls(ref) if args[0] != "copy" else []),
+                           *(["--authfile", af] if af else []), *args[1:]], what, ref.registry)
+
+    def manifest(self, ref: ImageRef) -> Manifest | None:
         """The manifest a tag or digest names (its raw bytes: the digest is theirs), or None when there is none."""
-        sep = "@" if ref.startswith("sha256:") else ":"
-        with auth_file(self.auth, self.host) as af:
-            r = skopeo(["inspect", "--raw", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        self._docker(repo, ref)], f"GET {repo}{sep}{ref}", self.host)
+        what = f"GET {_named(ref)}"
+        r = self._skopeo(["inspect", "--raw", self._docker(ref)], ref, what)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return None
-            _fail(r, self.host, f"GET {repo}{sep}{ref}")
+            _fail(r, ref.registry, what)
         body = r.stdout.encode()
         return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
 
-    def tags(self, repo: str) -> list[str]:
-        """Every tag of `repo` ([] when the repository does not exist)."""
-        with auth_file(self.auth, self.host) as af:
-            r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        self._docker(repo)], f"list tags of {repo}", self.host)
+    def tags(self, ref: ImageRef) -> list[str]:
+        """Every tag of `ref`'s repository ([] when the repository does not exist)."""
+        repo = ImageRef(ref.registry, ref.repository)
+        what = f"list tags of {ref.repository}"
+        r = self._skopeo(["list-tags", self._docker(repo)], repo, what)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return []
-            _fail(r, self.host, f"list tags of {repo}")
+            _fail(r, ref.registry, what)
         try:
             return list(json.loads(r.stdout).get("Tags") or [])
         except json.JSONDecodeError:
-            msg = f"registry {self.host}: the tag list of {repo} is not JSON"
+            msg = f"registry {ref.registry}: the tag list of {ref.repository} is not JSON"
             raise RegistryError(msg) from None
-    def config(self, repo: str, digest: str) -> dict:
+
+    def config(self, ref: ImageRef) -> dict:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
-        with auth_file(self.auth, self.host) as af:
-            r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
-                        *(["--authfile", af] if af else []), self._docker(repo, digest)],
-                       f"GET config of {repo}@{digest[:19]}", self.host)
+        what = f"GET config of {ref.repository}@{str(ref.digest)[:19]}"
+        r = self._skopeo(["inspect", "--config", "--raw", self._docker(ref)], ref, what)
         if r.returncode != 0:
-            _fail(r, self.host, f"GET config of {repo}@{digest[:19]}")
+            _fail(r, ref.registry, what)
         return json.loads(r.stdout)
 
-    def copy(self, repo: str, digest: str, tag: str) -> None:
-        """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
-        tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []
-        with auth_file(self.auth, self.host) as af:
-            r = skopeo(["copy", "--all", "--preserve-digests", "--retry-times", "2", *tls,
-                        *(["--authfile", af] if af else []),
-                        self._docker(repo, digest), self._docker(repo, tag)],
-                       f"copy {repo}@{digest[:19]} to :{tag}", self.host)
+    def copy(self, src: ImageRef, tag: str) -> None:
+        """Point `tag` of src's repository at the manifest src's digest names, bytes unchanged (no layer moves
+        within one repository)."""
+        dest = ImageRef(src.registry, src.repository, tag)
+        tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self._tls(src) else []
+        r = self._skopeo(["copy", "--all", "--preserve-digests", *tls, self._docker(src), self._docker(dest)], src,
+                         f"copy {src.repository}@{str(src.digest)[:19]} to :{tag}")
         if r.returncode != 0:
-            _fail(r, self.host, f"PUT {repo}:{tag}")
+            _fail(r, src.registry, f"PUT {_named(dest)}")

@@ -50,7 +50,7 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
     return runs[-1 - n]
 
 
-def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry: str | None,
+def rollback(t: Target, *, env: str, to: str | None, steps: int | None,
              verifier: attest.Verifier | None, signer: attest.Signer, allow_no_gpu: bool = False,
              reports: Path | None = None) -> dict:
     if to is not None and steps is not None:
@@ -59,16 +59,15 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
     t0 = time.monotonic()
     if verifier is None:
         _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub or set GPUFORGE_COSIGN_PUBLIC_KEY")
-    promote.resume(t, env=env, registry=registry, verifier=verifier, signer=signer, reports=reports)
-    pushed = promote.ref_for(t, registry)
-    host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-    reg = Registry(host, verifier.auth)
+    promote.resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
+    pushed = t.ref
+    repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
     tags = promote.env_tags(t, tag, env)
     current = transaction.digest_at(reg, repo, tags[0])
     target_rec = choose(t, hist.done(), current, to=to, steps=steps)
     digest = target_rec.digest
-    m = reg.manifest(repo, digest)
+    m = reg.manifest(repo.pinned(digest))
     if m is None:
         _refuse(t, f"the registry no longer holds {digest}")
     require_gpu = env == "prod" and not allow_no_gpu

@@ -16,23 +16,21 @@ from pathlib import Path
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
 from gpuforge.publish import attest, runinfo
-from gpuforge.publish.promote import ref_for
 from gpuforge.publish.registry import Registry
 from gpuforge.state.records import Records
 from gpuforge.validate import pytest_run
 from gpuforge.validate import sbom as cyclonedx
 
 
-def pushed_ref(t: Target, registry: str | None, records: Records, signer: attest.Signer) -> str:
+def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
     rec = records.require(t.id)
     if not rec.get("digest"):
         msg = (f"{t.id}: validate --attest signs onto the pushed digest, and {t.id} was never pushed: run "
                f"`gpuforge push {t.id}` first")
         raise PromotionRefused(msg)
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    m = Registry(host, signer.auth).manifest(repo, rec["digest"])
+    pushed = t.ref
+    m = Registry(signer.auth).manifest(pushed.pinned(rec["digest"]))
     if m is None or not m.holds(rec["image_id"]):  # config digest (graphdriver) or the digest itself (containerd)
         msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
                f"built image {rec['image_id'][:19]}; push it again")
@@ -60,9 +58,9 @@ def sign_report(ref: str, rep: dict, *, signer: attest.Signer, inventory: dict |
 
 
 def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.Signer, records: Records,
-                        registry: str | None = None, pytest_args: str = "", gpu: bool = False,
+                        pytest_args: str = "", gpu: bool = False,
                         gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
-    refs = {t.id: pushed_ref(t, registry, records, signer) for t in targets}  # every refusal before the first check runs
+    refs = {t.id: pushed_ref(t, records, signer) for t in targets}  # every refusal before the first check runs
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
         sign_report(refs[t.id], rep, signer=signer, inventory=inventory if not gpu else None, os_name=t.os)

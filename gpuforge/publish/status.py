@@ -9,7 +9,7 @@ import sys
 from gpuforge.errors import ConfigError
 from gpuforge.plan.matrix import Target
 from gpuforge.publish import attest, history
-from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary, ref_for
+from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary
 from gpuforge.publish.registry import Registry
 from gpuforge.state.promotions import PromotionRecord
 from gpuforge.state.records import Records
@@ -50,21 +50,20 @@ def _record_json(r: PromotionRecord) -> dict:
             "evidence": r.evidence.model_dump(mode="json")}
 
 
-def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | None, verifier: attest.Verifier | None,
+def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Verifier | None,
             records: Records) -> list[dict]:
     verifier = _verifier(verifier)
     found: dict[tuple[str, str], tuple] = {}
     out = []
     for t in targets:
-        pushed = ref_for(t, registry)
-        host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-        reg = Registry(host, verifier.auth)
-        if (host, repo) not in found:
-            found[(host, repo)] = history.all_records(reg, repo, verifier)
+        pushed = t.ref
+        repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
+        if repo not in found:
+            found[repo] = history.all_records(reg, repo, verifier)
         rec = records.get(t.id) or {}
         for env in envs:
-            h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[(host, repo)])
-            tags = {tg: (m.digest if (m := reg.manifest(repo, tg)) else None) for tg in env_tags(t, tag, env)}
+            h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[repo])
+            tags = {tg: (m.digest if (m := reg.manifest(repo.with_tag(tg))) else None) for tg in env_tags(t, tag, env)}
             at = tags[f"{tag}-{env}"]
             done = h.done()
             last = next((r for r in reversed(done) if r.digest == at), None)
@@ -116,9 +115,9 @@ def _text(row: dict) -> list[str]:
     return lines
 
 
-def status(targets: list[Target], *, env: str | None, registry: str | None, verifier: attest.Verifier | None,
+def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier | None,
            records: Records, as_json: bool) -> int:
-    rows = collect(targets, envs=(env,) if env else ENVS, registry=registry, verifier=verifier, records=records)
+    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records)
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
@@ -126,11 +125,10 @@ def status(targets: list[Target], *, env: str | None, registry: str | None, veri
     return 0
 
 
-def show_history(t: Target, *, env: str, registry: str | None, verifier: attest.Verifier | None, as_json: bool) -> int:
+def show_history(t: Target, *, env: str, verifier: attest.Verifier | None, as_json: bool) -> int:
     verifier = _verifier(verifier)
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    h = history.load(Registry(host, verifier.auth), repo, verifier, target=t.id, env=env)
+    pushed = t.ref
+    h = history.load(Registry(verifier.auth), pushed.bare(), verifier, target=t.id, env=env)
     rows = [_record_json(r) for r in h.records]
     if as_json:
         print(json.dumps({"target": t.id, "env": env, "records": rows, "warnings": h.warnings}, indent=2, sort_keys=True))

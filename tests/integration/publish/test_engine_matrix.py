@@ -127,7 +127,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     host, repo, tag = pushed.registry, pushed.repository, pushed.tag
     digest = rec["digest"]
     assert digest == rec["image_id"], "the containerd store pushes the very manifest/index it names the image by"
-    m = Registry(host, state_here.auth()).manifest(repo, digest)
+    m = Registry(state_here.auth()).manifest(pushed.pinned(digest))
     assert m is not None and m.digest == digest and m.is_index is (provenance == "default")
     if m.is_index:  # the image manifest plus BuildKit's attestation manifest (platform unknown/unknown)
         plats = [d.get("platform", {}).get("os") for d in json.loads(m.body)["manifests"]]
@@ -141,7 +141,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
 
     cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
         "--sign-key", keys["key"])
-    dev = Registry(host, state_here.auth()).manifest(repo, f"{tag}-dev")
+    dev = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-dev"))
     assert dev is not None and dev.digest == digest
     print(f"recorded == pushed == signed == promoted: {digest}")
     if provenance != "default":
@@ -151,9 +151,9 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     rec = record()
     assert rec["digest"] == digest, "the gzip push is the same bytes again"
     zdigest = rec["digest_zstd"]
-    zm = Registry(host, state_here.auth()).manifest(repo, f"{tag}-zstd")
+    zm = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-zstd"))
     assert zm is not None and zm.digest == zdigest != digest
-    zcfg, gcfg = Registry(host, state_here.auth()).config(repo, zdigest), Registry(host, state_here.auth()).config(repo, digest)
+    zcfg, gcfg = Registry(state_here.auth()).config(pushed.pinned(zdigest)), Registry(state_here.auth()).config(pushed.pinned(digest))
     assert zcfg["rootfs"]["diff_ids"] == gcfg["rootfs"]["diff_ids"]  # same files, compressed otherwise
     assert f"{tag}-zstd@{zdigest} (zstd" in out
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one

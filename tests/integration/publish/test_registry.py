@@ -39,6 +39,7 @@ from state_here import records
 from conftest import ROOT, gpuforge, need
 from gpuforge.build import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
+from gpuforge.plan.target import ImageRef
 from gpuforge.publish import attest, history, promote, rollback, signed_run
 from gpuforge.publish.registry import Registry, auth_file
 from gpuforge.validate import evidence
@@ -212,7 +213,7 @@ def restore_record(default_build):
 
 
 def _digest(registry: str, repo: str, tag: str) -> str | None:
-    m = Registry(registry, state_here.auth()).manifest(repo, tag)
+    m = Registry(state_here.auth()).manifest(ImageRef(registry, repo, tag))
     return m.digest if m else None
 
 
@@ -247,7 +248,7 @@ def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
 def test_push_records_the_digest_of_the_validated_image(pushed, creds):
     t, res = pushed
     assert records.get(t.id)["digest"] == res["digest"]
-    m = Registry(t.registry, state_here.auth()).manifest(t.repository, res["digest"])
+    m = Registry(state_here.auth()).manifest(t.ref.pinned(res["digest"]))
     assert m.config_digest == records.get(t.id)["image_id"]
 
 
@@ -293,7 +294,7 @@ def test_promote_dev_then_prod_moves_exactly_the_validated_digest(gpu_signed, cr
     assert "latest" in prod["moved"] and dev["digest"] == prod["digest"] == res["digest"]
     out = capsys.readouterr()
     assert PASSWORD not in out.out + out.err
-    h = history.load(Registry(t.registry, state_here.auth()), t.repository, state_here.verifier(cosign_keys["pub"]), target=t.id, env="prod")
+    h = history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id, env="prod")
     last = h.last()
     assert last.phase == "done" and last.digest == res["digest"] and not last.allow_no_gpu
     assert last.evidence.gpu_model == "NVIDIA H200" and last.evidence.green
@@ -351,11 +352,11 @@ def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_regist
 def test_promoting_twice_changes_nothing(pushed, creds, cosign_keys):
     t, _ = pushed
     _promote(t, "dev", cosign_keys)
-    n = len(history.load(Registry(t.registry, state_here.auth()), t.repository, state_here.verifier(cosign_keys["pub"]), target=t.id,
+    n = len(history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id,
                          env="dev").records)
     again = _promote(t, "dev", cosign_keys)
     assert again["moved"] == [] and set(again["unchanged"]) == set(_env_tags(t, "dev"))
-    assert len(history.load(Registry(t.registry, state_here.auth()), t.repository, state_here.verifier(cosign_keys["pub"]), target=t.id,
+    assert len(history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id,
                             env="dev").records) == n, "a no-op promotion wrote a record"
 
 
@@ -375,7 +376,7 @@ def test_prod_without_gpu_evidence_is_refused_by_default(pushed, creds, cosign_k
     assert r.returncode == 0, r.stderr[-2000:]
     assert "WARNING" in r.stderr and "WITHOUT GPU evidence" in r.stderr
     assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") == res["digest"]
-    last = history.load(Registry(tr.registry, state_here.auth()), tr.repository, state_here.verifier(cosign_keys["pub"]), target=tr.id, env="prod").last()
+    last = history.load(Registry(state_here.auth()), tr.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=tr.id, env="prod").last()
     assert last.phase == "done" and last.allow_no_gpu
     r = gpuforge("--matrix", str(m), "history", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "WITHOUT GPU evidence" in r.stdout, r.stdout + r.stderr
@@ -603,7 +604,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         assert r.returncode == 0, r.stdout + r.stderr
         assert "completing the interrupted promote" in r.stderr and f"already moved: {tags[0]}, {tags[1]}" in r.stderr
         assert all(_digest(reg.host, tk.repository, tg) == res["digest"] for tg in tags)
-        h = history.load(Registry(reg.host, state_here.auth()), tk.repository, state_here.verifier(cosign_keys["pub"]), target=tk.id, env="dev")
+        h = history.load(Registry(state_here.auth()), ImageRef(reg.host, tk.repository), state_here.verifier(cosign_keys["pub"]), target=tk.id, env="dev")
         last = h.last()
         assert last.phase == "done" and last.resumed and last.moved == tags and h.interrupted() is None
         assert not h.warnings, h.warnings
@@ -696,11 +697,11 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     _sign(tr, b, red, cosign_keys)
     with pytest.raises(PromotionRefused, match="is not evidence: failed: test_root_login_refused"):
-        rollback.rollback(tr, env="prod", to=b, steps=None, registry=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
+        rollback.rollback(tr, env="prod", to=b, steps=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     with pytest.raises(PromotionRefused, match="was never promoted"):
-        rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, registry=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
+        rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     with pytest.raises(ConfigError, match="not both"):
-        rollback.rollback(tr, env="prod", to=a, steps=1, registry=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
+        rollback.rollback(tr, env="prod", to=a, steps=1, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
 
 

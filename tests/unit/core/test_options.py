@@ -143,7 +143,7 @@ def test_verbose_prints_each_option_with_its_source(write_matrix, monkeypatch, c
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5999")
     monkeypatch.setenv("GPUFORGE_REGISTRY_PASSWORD", "hunter2")
     seen = {}
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: seen.update(registry=registry))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: seen.update(registry=targets[0].registry))
     assert cli.main(["-v", "--matrix", str(m), "push"]) == 0
     err = capsys.readouterr().err
     assert f"gpuforge: option matrix = '{m}' (from --matrix)\n" in err
@@ -178,9 +178,9 @@ def test_a_command_reads_its_options_once(write_matrix, monkeypatch):
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5001")
     got = []
 
-    def push(targets, registry, **_):
+    def push(targets, **_):  # the registry was applied to the targets when they were loaded
         monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5002")
-        got.append((registry, options.setting("registry")))
+        got.append((targets[0].registry, options.setting("registry")))
     monkeypatch.setattr(promote, "push_targets", push)
     assert cli.main(["--matrix", str(write_matrix(BASE_MATRIX)), "push"]) == 0
     assert got == [("127.0.0.1:5001", "127.0.0.1:5001")]

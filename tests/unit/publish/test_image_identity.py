@@ -35,7 +35,7 @@ INDEX = _manifest({"schemaVersion": 2, "manifests": [{"digest": IMAGE.digest, "p
                                                   (INDEX, INDEX.digest)])   # containerd store, provenance
 def test_the_signing_run_accepts_the_pushed_image_on_either_engine(monkeypatch, pushed, image_id):
     recs = _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
-    assert signed_run.pushed_ref(SimpleNamespace(id="t"), None, recs, attest.Signer()) == f"127.0.0.1:5000/r@{pushed.digest}"
+    assert signed_run.pushed_ref(_target(), recs, attest.Signer()) == f"127.0.0.1:5000/r@{pushed.digest}"
 
 
 @pytest.mark.parametrize(("pushed", "image_id"), [(IMAGE, "sha256:" + "0" * 64), (INDEX, IMAGE.digest),
@@ -43,13 +43,16 @@ def test_the_signing_run_accepts_the_pushed_image_on_either_engine(monkeypatch, 
 def test_the_signing_run_refuses_a_digest_that_is_another_image(monkeypatch, pushed, image_id):
     recs = _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
     with pytest.raises(RegistryError, match="another image"):
-        signed_run.pushed_ref(SimpleNamespace(id="t"), None, recs, attest.Signer())
+        signed_run.pushed_ref(_target(), recs, attest.Signer())
+
+
+def _target() -> SimpleNamespace:
+    return SimpleNamespace(id="t", ref=ImageRef.parse("127.0.0.1:5000/r:tag"))
 
 
 def _registry_holding(monkeypatch, m: Manifest, rec: dict) -> SimpleNamespace:
     """A registry holding `m`; returns the build records (holding `rec`) to pass to the signing run."""
-    monkeypatch.setattr(signed_run, "ref_for", lambda _t, _r: ImageRef.parse("127.0.0.1:5000/r:tag"))
-    monkeypatch.setattr(signed_run.Registry, "manifest", lambda _self, _repo, ref: m if ref == m.digest else None)
+    monkeypatch.setattr(signed_run.Registry, "manifest", lambda _self, ref: m if ref.digest == m.digest else None)
     return SimpleNamespace(require=lambda _tid: rec)
 
 

@@ -143,11 +143,11 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     asked = []
 
     class Reg:
-        def __init__(self, host, auth):
-            self.host = host
+        def __init__(self, auth):
+            pass
 
-        def manifest(self, repo, tag):
-            asked.append((self.host, repo, tag))
+        def manifest(self, ref):
+            asked.append((ref.registry, ref.repository, ref.tag))
             return SimpleNamespace(digest=DIGEST)
 
     def verified(ref, type_uri, verifier):
@@ -157,7 +157,7 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "Registry", Reg)
     monkeypatch.setattr(attest, "verified_predicates", verified)
     out = tmp_path / "sboms"
-    assert cve.write_prod_sboms([_target()], registry=None, verifier=attest.Verifier(), out=out) == [(TARGET, DIGEST)]
+    assert cve.write_prod_sboms([_target()], verifier=attest.Verifier(), out=out) == [(TARGET, DIGEST)]
     assert asked == [("127.0.0.1:5000", "gpuforge/pytorch", "pt271-prod"), f"127.0.0.1:5000/gpuforge/pytorch@{DIGEST}"]
     d = out / TARGET
     assert json.loads((d / "sbom.cdx.json").read_text())["n"] == 1 and (d / "digest").read_text() == DIGEST + "\n"
@@ -165,7 +165,7 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     (d / "digest").symlink_to(tmp_path / "elsewhere")
     monkeypatch.setattr(attest, "verified_predicates", lambda *a: [{"bomFormat": "CycloneDX", "n": 2}])
     with pytest.raises(StateError, match="is a symlink"):
-        cve.write_prod_sboms([_target()], registry=None, verifier=attest.Verifier(), out=out)
+        cve.write_prod_sboms([_target()], verifier=attest.Verifier(), out=out)
     assert json.loads((d / "sbom.cdx.json").read_text())["n"] == 1  # not an SBOM beside another's digest
     assert not (tmp_path / "elsewhere").exists()
 
@@ -178,7 +178,7 @@ def test_release_notes_are_written_as_one_set_and_a_symlink_refused(tmp_path, vi
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def notes():
-        return support.notes_cli(None, [_target()], fmt="json", registry=None, verifier=None, records=None,
+        return support.notes_cli(None, [_target()], fmt="json", verifier=None, records=None,
                                  digest=None, previous=None, output=str(tmp_path / "notes"))
     notes()
     d = tmp_path / "notes" / TARGET
