@@ -408,11 +408,11 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
         raise ConfigError(msg)
     subject = {}
-    rec = records.get(target.id) if target and records else None
+    rec = records.build(target.id) if target and records else None
     if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
         subject = {"digest": digest}
-    elif rec and rec.get("digest"):
-        subject = {"digest": rec["digest"], "image_id": rec.get("image_id"), "ref": rec.get("pushed_ref")}
+    elif rec and rec.digest:
+        subject = {"digest": rec.digest, "image_id": rec.image_id, "ref": rec.pushed_ref}
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
     if output:

@@ -172,12 +172,12 @@ def security(targets, records) -> list[Finding]:
     """Pending security updates in each target's built image (`records`: state.records.Records, this checkout's)."""
     out = []
     for t in targets:
-        rec = records.get(t.id)
-        if not rec or not rec.get("image_id"):
+        rec = records.build(t.id)
+        if rec is None:
             out.append(Finding("unchecked", t.id, "not built here (no build record): its packages cannot be checked"))
             continue
         try:
-            updates = parse_apt_upgrade(apt_security_output(rec["image_id"], t.os))
+            updates = parse_apt_upgrade(apt_security_output(rec.image_id, t.os))
         except FatalError as e:
             out.append(Finding("unchecked", t.id, str(e)))
             continue

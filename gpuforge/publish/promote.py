@@ -31,6 +31,7 @@ from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import attest, compress, history, prod, transaction
 from gpuforge.publish.registry import Manifest, Registry, RegistryAuth, credentials
+from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import Evidence, PromotionRecord
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence
@@ -48,7 +49,7 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
-    recs = {t.id: records.require(t.id) for t in targets}
+    recs = {t.id: records.require_build(t.id) for t in targets}
     if compression != "gzip":  # refused before anything moves
         for t in targets:
             if why := compress.refusal(recs[t.id], info):
@@ -59,50 +60,50 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
         rec = recs[t.id]
         ref = t.ref
         try:
-            img = c.images.get(rec["image_id"])
+            img = c.images.get(rec.image_id)
         except docker.errors.ImageNotFound:
-            msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
+            msg = f"{t.id}: the built image {rec.image_id[:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
         replaced = _build_tag_move(t, ref, rec, Registry(auth), replace=replace)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
             zdigest = compress.push_zstd(t.id, rec, ref, log_dir, auth)
             zref = compress.zstd_ref(ref)
-            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
+            records.update_build(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
             print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
             res["digest_zstd"] = zdigest
         if compression == "zstd":
             out.append(res)
             continue
         digest = _push_gzip(c, img, ref, rec, auth, progress)
-        records.update(t.id, digest=digest, pushed_ref=str(ref),
-                       **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
+        records.update_build(t.id, digest=digest, pushed_ref=str(ref),
+                             **({"replaced": [*(rec.replaced or []), {**replaced, "to": digest}]} if replaced else {}))
         print(f"gpuforge: pushed {ref.at(digest)} (gzip, {info.describe()})", flush=True)
         out.append({**res, "digest": digest})
     return out
 
 
-def _build_tag_move(t: Target, ref: ImageRef, rec: dict, reg: Registry, *, replace: bool) -> dict | None:
+def _build_tag_move(t: Target, ref: ImageRef, rec: BuildRecord, reg: Registry, *, replace: bool) -> dict | None:
     """The build tag is a version tag: it names one image. When the registry holds another image there, refuse,
     or (--replace) return what is moved off, to record."""
     held = reg.manifest(ref)
-    if held is None or held.holds(rec["image_id"]):
+    if held is None or held.holds(rec.image_id):
         return None
     repo, tag = ref.repository, ref.tag
     if not replace:
         msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
-               f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
+               f"image {rec.image_id[:19]}; version tags are immutable: pass --replace to move it (recorded)")
         raise PromotionRefused(msg)
     print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
     return {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
-def _push_gzip(c, img, ref: ImageRef, rec: dict, auth: RegistryAuth, progress: str) -> str:
+def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, progress: str) -> str:
     """Push the image through the engine as `ref`; returns the digest, checked to be this very image on the registry."""
     img.tag(ref.name, ref.tag)
     creds = credentials(ref.registry, auth)
     engine_auth = {"username": creds[0], "password": creds[1]} if creds else None
-    print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
+    print(f"gpuforge: pushing {ref} ({rec.image_id[:19]})", flush=True)
     digest = None
     try:
         shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
@@ -120,8 +121,8 @@ def _push_gzip(c, img, ref: ImageRef, rec: dict, auth: RegistryAuth, progress: s
         msg = f"push of {ref} reported no digest"
         raise RegistryError(msg)
     m = Registry(auth).manifest(ref.pinned(digest))
-    if m is None or not m.holds(rec["image_id"]):
-        msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
+    if m is None or not m.holds(rec.image_id):
+        msg = f"{ref}: the registry's {digest} is not image {rec.image_id[:19]}"
         raise RegistryError(msg)
     return digest
 
@@ -236,10 +237,10 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
 
 def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
           allow_no_gpu: bool, replace: bool, verifier, require_cve: bool) -> tuple[transaction.Move, history.History]:
-    rec = records.require(t.id)
-    if not rec.get("digest"):
+    rec = records.require_build(t.id)
+    if not rec.digest:
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
-    image_id, digest = rec["image_id"], rec["digest"]
+    image_id, digest = rec.image_id, str(rec.digest)
     ref = t.ref
     repo, tag = ref.bare(), str(ref.tag)
     reg = Registry(auth)

@@ -24,18 +24,18 @@ from gpuforge.validate import sbom as cyclonedx
 
 def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
-    rec = records.require(t.id)
-    if not rec.get("digest"):
+    rec = records.require_build(t.id)
+    if not rec.digest:
         msg = (f"{t.id}: validate --attest signs onto the pushed digest, and {t.id} was never pushed: run "
                f"`gpuforge push {t.id}` first")
         raise PromotionRefused(msg)
     pushed = t.ref
-    m = Registry(signer.auth).manifest(pushed.pinned(rec["digest"]))
-    if m is None or not m.holds(rec["image_id"]):  # config digest (graphdriver) or the digest itself (containerd)
-        msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
-               f"built image {rec['image_id'][:19]}; push it again")
+    m = Registry(signer.auth).manifest(pushed.pinned(rec.digest))
+    if m is None or not m.holds(rec.image_id):  # config digest (graphdriver) or the digest itself (containerd)
+        msg = (f"{t.id}: the registry's {rec.digest} is {'missing' if m is None else 'another image'}, not the "
+               f"built image {rec.image_id[:19]}; push it again")
         raise RegistryError(msg)
-    return str(pushed.pinned(rec["digest"]))
+    return str(pushed.pinned(rec.digest))
 
 
 def statement(rep: dict, ref: str) -> dict:

@@ -185,8 +185,8 @@ def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
     if digest is None:
         m = Registry(verifier.auth).manifest(pushed.with_tag(f"{pushed.tag}-prod"))
         digest = m.digest if m else None
-    rec = records.get(t.id) or {}
-    ev = Evidence(target=t, digest=digest, built_at=rec.get("built_at") if rec.get("digest") == digest else None)
+    rec = records.build(t.id) if records else None
+    ev = Evidence(target=t, digest=digest, built_at=rec.built_at if rec and rec.digest == digest else None)
     if digest:
         ref = str(pushed.pinned(digest))
         ev.validation = attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)

@@ -2,8 +2,10 @@
 promote read: <state dir>/builds.json, typed by models.BuildRecord.
 
 `Records(state_dir)` is that file in one state dir; the CLI makes it once from the state_dir setting and hands
-it to each stage. `build(id)` / `require_build(id)` / `update_build(id, ...)` give the typed record; `get`,
-`require` and `update` are the same records as plain dicts (None fields left out) for callers that index them.
+it to each stage. gpuforge reads and writes typed records: `build(id)` / `require_build(id)` / `update_build(id,
+...)` / `restore_build(id, rec)`. `load`, `get`, `require` and `update` are the same records as plain dicts (None
+fields left out), for readers outside the package (tests, tools) that compare them with JSON;
+tests/unit/state/test_state_records.py checks that no gpuforge module uses them.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
             finally:  # a refusal to sign still leaves the reports for reading
                 with out.locked():  # the set and its recorded digest change together
                     out.write_set(outputs)
-                    # the report's digest: promote refuses a report file changed after this point
+                    # the report's digest: `status` says whether the file still holds what this run wrote
                     records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
         print(md)
         report.summarize(md)
@@ -192,10 +192,10 @@ def _preflight(targets: list[Target], records: Records, pytest_args: str, *, gpu
     target, no way to give a container a GPU."""
     preflight.require_own_options(pytest_args)
     for t in targets:
-        preflight.require_gpuforge_image(t.id, records.require(t.id)["image_id"])
+        preflight.require_gpuforge_image(t.id, records.require_build(t.id).image_id)
     if gpu:
         gpu_args(gpu_request)
-        preflight.require_engine_gpu(records.require(targets[0].id)["image_id"], gpu_request)
+        preflight.require_engine_gpu(records.require_build(targets[0].id).image_id, gpu_request)
 
 
 def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: Path,

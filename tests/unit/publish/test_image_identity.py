@@ -16,6 +16,7 @@ from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.publish import attest, promote, signed_run
 from gpuforge.publish.registry import Manifest
+from gpuforge.state.models import BuildRecord
 
 CONFIG = "sha256:" + "c0" * 32
 
@@ -53,7 +54,7 @@ def _target() -> SimpleNamespace:
 def _registry_holding(monkeypatch, m: Manifest, rec: dict) -> SimpleNamespace:
     """A registry holding `m`; returns the build records (holding `rec`) to pass to the signing run."""
     monkeypatch.setattr(signed_run.Registry, "manifest", lambda _self, ref: m if ref.digest == m.digest else None)
-    return SimpleNamespace(require=lambda _tid: rec)
+    return SimpleNamespace(require_build=lambda _tid: BuildRecord(**rec))
 
 
 @pytest.mark.parametrize(("at", "evidence_id", "ok"), [(IMAGE, CONFIG, True), (IMAGE, IMAGE.digest, True),
