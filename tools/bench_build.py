@@ -63,7 +63,7 @@ def install_step_seconds(log: str) -> float | None:
 
 def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | None, tag: str,
                 no_cache: bool = False, steps: list | None = None) -> float:
-    argv = [driver.client, *(["buildx", "build", "--load"] if driver.name == "buildx" else ["build"]),
+    argv = [*driver.command(builder=None, cache_from=(), cache_to=None, provenance=None, metadata=None),
             "--progress=plain", "-t", tag, "-f", str(dockerfile), *(["--no-cache"] if no_cache else [])]
     if ca:
         argv += ["--secret", f"id=ca,src={ca}"]

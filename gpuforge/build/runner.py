@@ -153,20 +153,8 @@ def source_url(root: Path | None = None, hops: int = 3) -> str | None:
 
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
                labels: dict[str, str], metadata: Path | None = None) -> list[str]:
-    if driver.name == "buildx":
-        argv = [driver.client, "buildx", "build", "--load"]
-        if opts.builder:
-            argv += ["--builder", opts.builder]
-        for c in opts.cache_from:
-            argv += ["--cache-from", c]
-        if opts.cache_to:
-            argv += ["--cache-to", opts.cache_to]
-        if opts.provenance is not None:  # BuildKit >= 0.11 attaches provenance by default; buildx 0.10+ knows the flag
-            argv.append(f"--provenance={opts.provenance}")
-        if metadata:  # what BuildKit made: the config digest and, on the containerd store, the index
-            argv += ["--metadata-file", str(metadata)]
-    else:
-        argv = [driver.client, "build"]
+    argv = driver.command(builder=opts.builder, cache_from=opts.cache_from, cache_to=opts.cache_to,
+                          provenance=opts.provenance, metadata=str(metadata) if metadata else None)
     if opts.no_cache:
         argv.append("--no-cache")
     argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile")]
@@ -247,7 +235,7 @@ class _Runner:
             iid, meta = Path(tmp) / "iid", Path(tmp) / "metadata.json"
             labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
             argv = build_argv(self.driver, t, root, iid, self.opts, labels,
-                              meta if self.driver.name == "buildx" else None)
+                              meta if self.driver.writes_metadata else None)
             rc = self._stream(t, argv, r)
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
@@ -381,15 +369,14 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client, opts.driver)
-    if (opts.cache_from or opts.cache_to) and driver.name != "buildx":  # classic `docker build` has no such flags
-        msg = (f"--cache-from/--cache-to need buildx, but the build driver is {driver.name} ({driver.client}): "
-               "install docker-buildx (tools/start-engine.sh) or leave them out")
-        raise ConfigError(msg)
+    why = driver.cannot(builder=None, cache_from=opts.cache_from, cache_to=opts.cache_to)
+    if why:  # refused before the engine is touched, never silently dropped
+        raise ConfigError(why)
     engine.client()
     print(driver.describe(), flush=True)
-    if opts.builder and driver.name != "buildx":
-        msg = f"--builder {opts.builder} needs buildx, but {driver.client} has no buildx plugin"
-        raise ConfigError(msg)
+    why = driver.cannot(builder=opts.builder, cache_from=(), cache_to=None)
+    if why:
+        raise ConfigError(why)
     seen: set[str] = set()
     for t in targets:
         if t.base_image not in seen:

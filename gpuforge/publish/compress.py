@@ -41,7 +41,7 @@ ZSTD_SUFFIX = "-zstd"
 
 def refusal(rec: BuildRecord, info: engine.EngineInfo) -> str | None:
     """Why this engine/builder cannot export zstd layers (None: it can)."""
-    if rec.driver != "buildx":
+    if not getattr(engine.DRIVERS.get(rec.driver or ""), "exports", False):
         return (f"--compression zstd re-runs the buildx build, but {rec.image_id[:19]} was built with the "
                 f"{rec.driver or 'unknown'} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
     if not rec.argv:

@@ -110,7 +110,7 @@ def test_build_labels_are_passed_on_the_command_line(tmp_path):
     t = load_matrix().select(None)[0]
     labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source="https://github.com/o/r", recipe="r")
     assert set(labels) == set(BUILD_LABELS)
-    drv = engine.Driver(name="buildx", client="docker", client_version="28")
+    drv = engine.DRIVERS["buildx"](client="docker", client_version="28")
     argv = runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(provenance="false", records=records.here(), log_dir=tmp_path), labels,
                              tmp_path / "meta.json")
     assert "org.opencontainers.image.created=2026-01-01T00:00:00Z" in argv and "--provenance=false" in argv
