@@ -157,7 +157,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from gpuforge.build import runner as build
+    from gpuforge.builder import runner as build
 
     m, targets = _targets(args)
     o = options.for_args(args)

@@ -41,7 +41,7 @@ from pathlib import Path
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
 from gpuforge import options, paths
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render

@@ -34,7 +34,7 @@ MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is ex
 _ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
 
 
-# How gpuforge.build.bases shapes a bootstrapped root file system; part of the base's recipe (a change
+# How gpuforge.builder.bases shapes a bootstrapped root file system; part of the base's recipe (a change
 # gives a new base tag). 2: without docs, man pages and translations (copyright files kept).
 BOOTSTRAP_ROOTFS = 2
 

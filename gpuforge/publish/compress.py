@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from gpuforge.build import runner
+from gpuforge.builder import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef

@@ -89,7 +89,7 @@ def die_with_parent(parent: int):
 
 
 def _revision() -> str:
-    from gpuforge.build.runner import git_revision  # the checkout that ran the validators
+    from gpuforge.builder.runner import git_revision  # the checkout that ran the validators
 
     return git_revision()
 

@@ -37,7 +37,7 @@ from second_engine import checkout_snapshot, matrix_copy
 from state_here import records
 
 from conftest import ROOT, gpuforge, need
-from gpuforge.build import bases
+from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.publish import attest, history, promote, rollback, signed_run

@@ -140,7 +140,7 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
     stays on the old image and the record names it, both as before, and the error is the state dir's."""
     from state_here import records
 
-    from gpuforge.build import runner as build
+    from gpuforge.builder import runner as build
     from gpuforge.render import dockerfile as render
 
     t, rec = default_build
@@ -179,7 +179,7 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
     to what it was, and the target fails naming the tag (exit 4), with no tag pointing at an unrecorded image."""
     from state_here import records
 
-    from gpuforge.build import runner as build
+    from gpuforge.builder import runner as build
     from gpuforge.errors import BuildError
     from gpuforge.render import dockerfile as render
 

@@ -295,7 +295,7 @@ def test_build_compares_compat_arch_list_with_the_wheel(default_build):
     (the build would have failed otherwise), and a compat list off by one architecture is caught."""
     import dataclasses
 
-    from gpuforge.build import archcheck
+    from gpuforge.builder import archcheck
 
     t, rec = default_build
     flags = archcheck.wheel_arch_flags(rec["image_id"])

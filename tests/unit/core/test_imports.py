@@ -18,8 +18,8 @@ from gpuforge import paths
 
 PKG = paths.project_root() / "gpuforge"
 
-# Which stage (folder, or core module) may import which. Stage order: plan < render < build < validate < publish;
-# engine is used by build, validate and publish; state and image are the floor. Core: cli may import anything
+# Which stage (folder, or core module) may import which. Stage order: plan < render < builder < validate < publish;
+# engine is used by builder, validate and publish; state and image are the floor. Core: cli may import anything
 # (it is the only one); errors and grammar import nothing of gpuforge; options checks values with the grammar (the
 # value grammar and the GPU request choices live on the floor, so no stage sits under the options: no exception).
 FLOOR = {"__init__", "errors", "grammar", "options", "paths"}  # __init__: the version
@@ -36,9 +36,9 @@ ALLOWED: dict[str, set[str]] = {
     "plan": FLOOR | {"image"},
     "render": FLOOR | {"image", "plan", "state"},
     "engine": FLOOR | {"image", "plan", "state"},
-    "build": FLOOR | {"image", "plan", "state", "render", "engine"},
-    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "build"},
-    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "build", "validate"},
+    "builder": FLOOR | {"image", "plan", "state", "render", "engine"},
+    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "builder"},
+    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate"},
 }
 MODULE_EXCEPTIONS: set[tuple[str, str]] = set()  # none: every edge follows ALLOWED
 ENV_READERS = ("gpuforge.options", "gpuforge.image")
@@ -93,7 +93,7 @@ def stage(module: str) -> str:
 
 def test_the_graph_is_read():
     assert len(MODULES) > 30
-    assert "gpuforge.options" in GRAPH["gpuforge.build.runner"]
+    assert "gpuforge.options" in GRAPH["gpuforge.builder.runner"]
     assert "gpuforge.grammar" in GRAPH["gpuforge.options"]
 
 

@@ -9,7 +9,7 @@ from state_here import records
 
 from conftest import BASE_MATRIX
 from gpuforge import cli, options
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.errors import ConfigError
 from gpuforge.publish import promote
 

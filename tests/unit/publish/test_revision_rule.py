@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from gpuforge import paths
-from gpuforge.build import runner
+from gpuforge.builder import runner
 from gpuforge.publish import runinfo
 
 

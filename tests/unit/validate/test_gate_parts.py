@@ -96,7 +96,7 @@ def test_env_credentials_go_to_a_private_file_never_argv(monkeypatch):
 def test_arch_mismatch_names_both_sides():
     import dataclasses
 
-    from gpuforge.build import archcheck
+    from gpuforge.builder import archcheck
     from gpuforge.image import compat
 
     v = compat.variant("2.7.1", "12.6")

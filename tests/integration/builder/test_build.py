@@ -14,7 +14,7 @@ from second_engine import checkout_snapshot
 from state_here import records
 
 from conftest import ROOT, ctrl_c_able, gpuforge
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError
 from gpuforge.plan.matrix import load_matrix
@@ -226,7 +226,7 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
     # a step that is never cached (unique per run) and slow enough to be interrupted
     df.write_text(df.read_text().replace("\nEXPOSE 22 8888", f"\nRUN echo {uuid.uuid4().hex} && sleep 120\nEXPOSE 22 8888"))
     code = (
-        "import dataclasses, os, sys; from pathlib import Path; from gpuforge.build import runner as build; from gpuforge.plan.matrix import load_matrix\n"
+        "import dataclasses, os, sys; from pathlib import Path; from gpuforge.builder import runner as build; from gpuforge.plan.matrix import load_matrix\n"
         "from gpuforge.state.records import Records\n"
         "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
         f"build.build_targets([t], build.BuildOptions(context_root=Path({str(ctx)!r}), progress='plain', "

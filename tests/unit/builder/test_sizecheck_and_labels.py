@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from state_here import records
 
-from gpuforge.build import runner, sizecheck
+from gpuforge.builder import runner, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError
 from gpuforge.render.labels import BUILD_LABELS, build_labels

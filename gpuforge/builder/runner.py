@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from gpuforge import options, paths
-from gpuforge.build import archcheck, bases, sizecheck
+from gpuforge.builder import archcheck, bases, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target

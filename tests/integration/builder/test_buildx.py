@@ -20,7 +20,7 @@ from state_here import records
 
 from conftest import ROOT, gpuforge, need
 from gpuforge import options
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
