@@ -50,21 +50,21 @@ def _records(o):
 
 
 def _auth(o):
-    from gpuforge.publish.registry import RegistryAuth
+    from gpuforge.registry.client import RegistryAuth
 
     return RegistryAuth(user=o.registry_user, password=o.registry_password, insecure=o.registry_insecure)
 
 
 def _signer(o, key: str | None):
     """Signs with `key` (None: keyless), with the Rekor setting and the registry credentials of this command."""
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     return attest.Signer(key=key, tlog=o.cosign_tlog, auth=_auth(o))
 
 
 def _verifier_or_none(o):
     """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given."""
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     return attest.Verifier.of(key=o.verify_key, identity=o.cosign_identity, issuer=o.cosign_issuer,
                               tlog=o.cosign_tlog, auth=_auth(o))
@@ -286,7 +286,7 @@ def cmd_rollback(args) -> int:
 def _record_signing_key(o) -> str | None:
     """Promotion records are signed with --sign-key (or GPUFORGE_COSIGN_KEY); with neither, keyless — refused
     here, before any registry or tag work, when no OIDC identity token is at hand."""
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     key = o.signing_key
     if key is None and not attest.oidc_token_available():
@@ -305,7 +305,7 @@ def cmd_attest(args) -> int:
 
 
 def cmd_cve_gate(args) -> int:
-    from gpuforge.publish import cve
+    from gpuforge.cve import gate as cve
 
     o = options.for_args(args)
     t = load_matrix(Path(o.matrix)).by_id(o.target).on(o.registry) if o.target else None
@@ -318,7 +318,7 @@ def cmd_cve_gate(args) -> int:
 
 
 def cmd_prod_sboms(args) -> int:
-    from gpuforge.publish import cve
+    from gpuforge.cve import gate as cve
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
@@ -327,7 +327,7 @@ def cmd_prod_sboms(args) -> int:
 
 
 def cmd_outdated(args) -> int:
-    from gpuforge.publish import outdated
+    from gpuforge.fleet import outdated
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
@@ -357,7 +357,7 @@ def _verifier(o):
 
 
 def cmd_support(args) -> int:
-    from gpuforge.publish import support
+    from gpuforge.fleet import support
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
@@ -367,7 +367,7 @@ def cmd_support(args) -> int:
 
 
 def cmd_release_notes(args) -> int:
-    from gpuforge.publish import support
+    from gpuforge.fleet import support
 
     m, targets = _targets(args)
     o = options.for_args(args)

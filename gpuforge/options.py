@@ -95,7 +95,7 @@ def _cosign_key(value: str) -> str:
     return value
 
 
-# The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.publish.cve uses this one.
+# The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.cve.gate uses this one.
 CVE_SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")
 
 

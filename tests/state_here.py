@@ -31,7 +31,7 @@ def log_dir() -> Path:
 
 def auth():
     """The registry credentials a library caller has in this environment (GPUFORGE_REGISTRY_USER/PASSWORD/INSECURE)."""
-    from gpuforge.publish.registry import RegistryAuth
+    from gpuforge.registry.client import RegistryAuth
 
     return RegistryAuth(user=options.setting("registry_user"), password=options.setting("registry_password"),
                         insecure=options.setting("registry_insecure"))
@@ -39,14 +39,14 @@ def auth():
 
 def verifier(key: str | None = None):
     """A Verifier as the CLI makes one: `key`, else GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer."""
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     return attest.Verifier.of(key=key or options.setting("verify_key"), identity=options.setting("cosign_identity"),
                               issuer=options.setting("cosign_issuer"), tlog=options.setting("cosign_tlog"), auth=auth())
 
 
 def signer(key: str | None = None):
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     return attest.Signer(key=key, tlog=options.setting("cosign_tlog"), auth=auth())
 

@@ -30,7 +30,7 @@ from gpuforge.builder import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import Registry, RegistryAuth, auth_file
+from gpuforge.registry.client import Registry, RegistryAuth, auth_file
 from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state import promotions
 from gpuforge.state.promotions import PromotionRecord
 

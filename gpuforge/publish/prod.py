@@ -71,7 +71,8 @@ def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool) -> N
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
     is missing. Called once from gpuforge.publish.promote.plan for env == prod; `require_cve` is the
     prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
-    from gpuforge.publish import attest, cve
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
 
     def refuse(why: str) -> None:
         msg = f"{t.id}: promotion refused: {why}; no tag was changed"

@@ -29,8 +29,9 @@ from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import attest, compress, history, prod, transaction
-from gpuforge.publish.registry import Manifest, Registry, RegistryAuth, credentials
+from gpuforge.publish import compress, history, prod, transaction
+from gpuforge.registry import attest
+from gpuforge.registry.client import Manifest, Registry, RegistryAuth, credentials
 from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import Evidence, PromotionRecord
 from gpuforge.state.records import Records

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest, history, promote, transaction
-from gpuforge.publish.registry import Registry
+from gpuforge.publish import history, promote, transaction
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state.promotions import PromotionRecord
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest, runinfo
-from gpuforge.publish.registry import Registry
+from gpuforge.publish import runinfo
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state.records import Records
 from gpuforge.validate import pytest_run
 from gpuforge.validate import sbom as cyclonedx

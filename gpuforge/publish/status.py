@@ -10,9 +10,10 @@ from pathlib import Path
 from gpuforge.errors import ConfigError
 from gpuforge.plan.matrix import Target
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, history
+from gpuforge.publish import history
 from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord
 from gpuforge.state.records import Records

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, runinfo
+from gpuforge.publish import runinfo
 from gpuforge.publish.history import Entry, History
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state import files
 from gpuforge.state.promotions import Evidence, PromotionRecord
 

@@ -20,7 +20,7 @@ import state_here
 from registries import DOC_REF, LocalRegistry, documented_consumer_command
 
 from conftest import need
-from gpuforge.publish import attest
+from gpuforge.registry import attest
 
 pytestmark = pytest.mark.docker
 

@@ -36,8 +36,8 @@ from state_here import records
 from conftest import ROOT, gpuforge, need
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 
 # CI runs it (`nox -s tests`); `-m "not heavy"` leaves it out of a local run (docs/ci.md)
 pytestmark = [pytest.mark.docker, pytest.mark.heavy]

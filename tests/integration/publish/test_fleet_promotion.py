@@ -25,9 +25,11 @@ from registries import LocalRegistry
 
 from conftest import ROOT, need
 from gpuforge.cli import main
+from gpuforge.cve import gate as cve
 from gpuforge.errors import PromotionRefused
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import attest, cve, promote, signed_run
+from gpuforge.publish import promote, signed_run
+from gpuforge.registry import attest
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker

@@ -40,8 +40,9 @@ from conftest import ROOT, gpuforge, need
 from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, history, promote, rollback, signed_run
-from gpuforge.publish.registry import Registry, auth_file
+from gpuforge.publish import history, promote, rollback, signed_run
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker

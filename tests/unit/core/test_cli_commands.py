@@ -44,7 +44,7 @@ def test_unsignable_records_are_refused_before_any_work(argv, monkeypatch, capsy
 
 
 def test_an_oidc_token_in_the_environment_counts_as_a_signer():
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     assert attest.oidc_token_available({"SIGSTORE_ID_TOKEN": "eyJ..."})
     assert attest.oidc_token_available({"ACTIONS_ID_TOKEN_REQUEST_URL": "https://x", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "t"})

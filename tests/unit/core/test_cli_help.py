@@ -65,6 +65,6 @@ def test_the_consumer_verify_command_is_one_text_and_skips_the_log_it_was_not_wr
     block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert "cosign verify-attestation --key cosign.pub --insecure-ignore-tlog=true" in block
     assert block in (ROOT / "README.md").read_text()
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     assert f"--type {attest.VALIDATION_TYPE}" in block

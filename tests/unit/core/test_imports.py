@@ -18,8 +18,9 @@ from gpuforge import paths
 
 PKG = paths.project_root() / "gpuforge"
 
-# Which stage (folder, or core module) may import which. Stage order: plan < render < builder < validate < publish;
-# engine is used by builder, validate and publish; state and image are the floor. Core: cli may import anything
+# Which stage (folder, or core module) may import which. Stage order: plan < render < builder < validate < publish <
+# fleet; engine is used by builder, validate and publish; registry (images and signed statements on a registry) sits
+# under the CVE gate (cve), publishing and the fleet's reports; state and image are the floor. Core: cli may import anything
 # (it is the only one); errors and grammar import nothing of gpuforge; options checks values with the grammar (the
 # value grammar and the GPU request choices live on the floor, so no stage sits under the options: no exception).
 FLOOR = {"__init__", "errors", "grammar", "options", "paths"}  # __init__: the version
@@ -38,7 +39,10 @@ ALLOWED: dict[str, set[str]] = {
     "engine": FLOOR | {"image", "plan", "state"},
     "builder": FLOOR | {"image", "plan", "state", "render", "engine"},
     "validate": FLOOR | {"image", "plan", "state", "render", "engine", "builder"},
-    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate"},
+    "registry": FLOOR | {"image", "plan", "state"},
+    "cve": FLOOR | {"image", "plan", "state", "registry"},
+    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve"},
+    "fleet": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve", "publish"},
 }
 MODULE_EXCEPTIONS: set[tuple[str, str]] = set()  # none: every edge follows ALLOWED
 ENV_READERS = ("gpuforge.options", "gpuforge.image")

@@ -14,8 +14,9 @@ import pytest
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, promote, signed_run
-from gpuforge.publish.registry import Manifest
+from gpuforge.publish import promote, signed_run
+from gpuforge.registry import attest
+from gpuforge.registry.client import Manifest
 from gpuforge.state.models import BuildRecord
 
 CONFIG = "sha256:" + "c0" * 32

@@ -11,8 +11,11 @@ from types import SimpleNamespace
 from state_here import records
 
 from gpuforge import paths
+from gpuforge.cve import gate as cve
+from gpuforge.fleet import support
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, cve, registry, support
+from gpuforge.registry import attest
+from gpuforge.registry import client as registry
 
 D = "sha256:" + "d" * 64
 

@@ -14,9 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from gpuforge.cli import main
+from gpuforge.cve import gate as cve
 from gpuforge.errors import StateError
+from gpuforge.fleet import outdated, support
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, cve, outdated, registry, support
+from gpuforge.registry import attest
+from gpuforge.registry import client as registry
 from gpuforge.state import files
 
 F = Path(__file__).parents[1] / "fixtures" / "cve"

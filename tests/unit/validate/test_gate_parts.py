@@ -13,7 +13,7 @@ import state_here
 
 from gpuforge.engine import containers as run
 from gpuforge.errors import RegistryError
-from gpuforge.publish import registry
+from gpuforge.registry import client as registry
 
 
 def test_a_live_process_owns_its_containers():

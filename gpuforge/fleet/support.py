@@ -178,8 +178,9 @@ def render_notes(n: dict) -> str:
 def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
     """The verified statements about `t`'s prod digest (or `digest`); `records` (state.records.Records) gives the
     build time of a digest pushed from this checkout."""
-    from gpuforge.publish import attest, cve
-    from gpuforge.publish.registry import Registry
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
     pushed = t.ref
     if digest is None:
@@ -222,7 +223,7 @@ def notes_cli(m, targets, *, fmt: str, verifier, records, digest: str | None,
 
     from gpuforge.errors import ConfigError
     from gpuforge.plan import fleet
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     for flag, value in (("--digest", digest), ("--previous", previous)):
         if value is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", value):

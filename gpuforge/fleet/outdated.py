@@ -103,7 +103,7 @@ def read_lock(path: Path) -> dict[str, str]:
 
 def current_digest(ref: str, auth=None) -> str | None:
     """The digest a base reference names now (read with `auth`, a RegistryAuth; None: no credentials of ours)."""
-    from gpuforge.publish.registry import ANONYMOUS, Registry
+    from gpuforge.registry.client import ANONYMOUS, Registry
 
     m = Registry(auth or ANONYMOUS).manifest(ImageRef.parse(ref).canonical())
     return m.digest if m else None
@@ -189,8 +189,9 @@ def security(targets, records) -> list[Finding]:
 # --- prod digests whose CVE verdict turned red --------------------------------------------------------------
 
 def prod_cve(targets, *, verifier) -> list[Finding]:
-    from gpuforge.publish import attest, cve
-    from gpuforge.publish.registry import Registry
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
     out = []
     for t in targets:

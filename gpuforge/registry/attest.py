@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import ANONYMOUS, Registry, RegistryAuth, auth_file, denied, insecure
+from gpuforge.registry.client import ANONYMOUS, Registry, RegistryAuth, auth_file, denied, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
 INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"

@@ -371,7 +371,7 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
            max_verdict_age_hours: float | None = None, now: dt.datetime | None = None) -> list[str]:
     """Why the signed CVE verdicts on `digest` do not let it into prod ([] when the newest is green).
 
-    `predicates` are verified CVE_TYPE predicates (gpuforge.publish.attest.verified_predicates); the newest by
+    `predicates` are verified CVE_TYPE predicates (gpuforge.registry.attest.verified_predicates); the newest by
     judged_at decides, and it must be about this digest, judged after the build, and (optionally) recent."""
     now = now or dt.datetime.now(dt.UTC)
     mine = [p for p in predicates if isinstance(p, dict) and (p.get("subject") or {}).get("digest") == digest]
@@ -435,7 +435,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
 
 
 def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None:
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     if target is None or verdict_path is None:
         msg = "--attest needs --target and --output (the verdict is signed onto the target's pushed digest)"
@@ -452,8 +452,8 @@ def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None
 def write_prod_sboms(targets, *, verifier, out: Path) -> list[tuple[str, str]]:
     """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
     and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
-    from gpuforge.publish import attest
-    from gpuforge.publish.registry import Registry
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
     done = []
     for t in targets:
