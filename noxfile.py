@@ -84,7 +84,7 @@ def push(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def promote(session: nox.Session) -> None:
-    """Promote validated digests: `nox -s promote -- --to dev` (evidence: `nox -s validate -- --attest`)."""
+    """Promote validated digests: `nox -s promote -- --env dev` (evidence: `nox -s validate -- --attest`)."""
     _install(session)
     session.run("gpuforge", "promote", *session.posargs)
 

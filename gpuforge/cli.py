@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpuforge import __version__, options
+from gpuforge import __version__, options, paths
 from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan.matrix import Matrix, load_matrix
 
@@ -28,11 +28,46 @@ def _matrix(args) -> Matrix:
 
 def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
     """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate).
-    Loading the matrix completes the options (matrix.yaml is one of their sources)."""
+    Loading the matrix completes the options (matrix.yaml is one of their sources); --registry (GPUFORGE_REGISTRY)
+    moves the targets onto that registry here, once, so every stage reads each target's own reference."""
     m = _matrix(args)
-    if all_by_default and not args.selectors:
-        return m, list(m.targets)
-    return m, m.select(args.selectors)
+    targets = list(m.targets) if all_by_default and not args.selectors else m.select(args.selectors)
+    return m, [t.on(_registry(args)) for t in targets]
+
+
+def _registry(args) -> str | None:
+    o = options.for_args(args)
+    return o.registry if o.resolved.get("registry") else None
+
+
+# --- the values a stage needs, made once from this command's resolved options ----------------------------
+
+def _records(o):
+    """The build records in the state_dir setting (GPUFORGE_STATE_DIR, else .gpuforge)."""
+    from gpuforge.state.records import Records
+
+    return Records(Path(o.state_dir))
+
+
+def _auth(o):
+    from gpuforge.registry.client import RegistryAuth
+
+    return RegistryAuth(user=o.registry_user, password=o.registry_password, insecure=o.registry_insecure)
+
+
+def _signer(o, key: str | None):
+    """Signs with `key` (None: keyless), with the Rekor setting and the registry credentials of this command."""
+    from gpuforge.registry import attest
+
+    return attest.Signer(key=key, tlog=o.cosign_tlog, auth=_auth(o))
+
+
+def _verifier_or_none(o):
+    """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given."""
+    from gpuforge.registry import attest
+
+    return attest.Verifier.of(key=o.verify_key, identity=o.cosign_identity, issuer=o.cosign_issuer,
+                              tlog=o.cosign_tlog, auth=_auth(o))
 
 
 def cmd_plan(args) -> int:
@@ -43,7 +78,7 @@ def cmd_plan(args) -> int:
         defaults = {t.id for t in m.select(None)}
         rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
                 for t in targets]
-        print(json.dumps({"include": fleet.gpu_matrix(targets) if args.pools else rows}, sort_keys=True))
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if options.for_args(args).pools else rows}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -122,7 +157,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from gpuforge.build import runner as build
+    from gpuforge.builder import runner as build
 
     m, targets = _targets(args)
     o = options.for_args(args)
@@ -130,6 +165,7 @@ def cmd_build(args) -> int:
         jobs=o.jobs, keep_going=o.keep_going, extra_ca=o.extra_ca, builder=o.builder, cache_from=list(o.cache_from),
         cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
         pypi_url=o.pypi_url, progress=o.progress, provenance=None if o.provenance == "default" else o.provenance,
+        records=_records(o), log_dir=Path(o.log_dir),
     )
     if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
         print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "
@@ -154,13 +190,13 @@ def cmd_validate(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     gpu_request = _gpu_request(args) if o.gpu else None
-    if args.attest:  # sign in this process, from this run's results, onto the pushed digest
+    if o.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.publish import signed_run
 
-        return signed_run.validate_and_attest(targets, reports=Path(o.reports), key=o.signing_key, registry=o.registry,
-                                              pytest_args=o.pytest_args, gpu=o.gpu, gpu_request=gpu_request,
-                                              progress_mode=o.progress)
-    return validate.validate_targets(targets, reports=Path(o.reports), pytest_args=o.pytest_args,
+        return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
+                                              records=_records(o), pytest_args=o.pytest_args,
+                                              gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+    return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
 
 
@@ -193,8 +229,8 @@ def cmd_push(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    promote.push_targets(targets, registry=o.registry, replace=args.replace, compression=o.compression,
-                         progress=o.progress)
+    promote.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir),
+                         replace=o.replace, compression=o.compression, progress=o.progress)
     return 0
 
 
@@ -204,9 +240,10 @@ def cmd_promote(args) -> int:
     o = options.for_args(args)
     sign_key = _record_signing_key(o)  # first: a promotion that cannot sign its record never touches a tag
     m, targets = _targets(args)
-    promote.promote_targets(targets, env=o.to, reports=Path(o.reports), registry=o.registry,
-                            require_gpu=o.require_gpu, allow_no_gpu=args.allow_no_gpu, replace=args.replace,
-                            key=o.verify_key, sign_key=sign_key)
+    promote.promote_targets(targets, env=o.env, records=_records(o), auth=_auth(o), verifier=_verifier_or_none(o),
+                            signer=_signer(o, sign_key), reports=Path(o.reports),
+                            require_gpu=o.require_gpu, allow_no_gpu=o.allow_no_gpu, replace=o.replace,
+                            require_cve=o.prod_require_cve)
     return 0
 
 
@@ -223,14 +260,16 @@ def cmd_status(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    return status.status(targets, env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+    return status.status(targets, env=o.env, verifier=_verifier_or_none(o),
+                         records=_records(o), as_json=o.json)
 
 
 def cmd_history(args) -> int:
     from gpuforge.publish import status
 
     o = options.for_args(args)
-    return status.show_history(_one_target(args), env=args.env, registry=o.registry, key=o.verify_key, as_json=args.json)
+    return status.show_history(_one_target(args), env=o.env, verifier=_verifier_or_none(o),
+                               as_json=o.json)
 
 
 def cmd_rollback(args) -> int:
@@ -238,18 +277,18 @@ def cmd_rollback(args) -> int:
 
     o = options.for_args(args)
     sign_key = _record_signing_key(o)
-    rollback.rollback(_one_target(args), env=args.env, to=args.to, steps=args.steps, registry=o.registry,
-                      key=o.verify_key, sign_key=sign_key, allow_no_gpu=args.allow_no_gpu,
+    rollback.rollback(_one_target(args), env=o.env, to=o.digest, steps=o.steps,
+                      verifier=_verifier_or_none(o), signer=_signer(o, sign_key), allow_no_gpu=o.allow_no_gpu,
                       reports=Path(o.reports))
     return 0
 
 
 def _record_signing_key(o) -> str | None:
-    """Promotion records are signed with --sign-key, else the signing_key setting (GPUFORGE_COSIGN_KEY); with
-    neither, keyless — refused here, before any registry or tag work, when no OIDC identity token is at hand."""
-    from gpuforge.publish import attest
+    """Promotion records are signed with --sign-key (or GPUFORGE_COSIGN_KEY); with neither, keyless — refused
+    here, before any registry or tag work, when no OIDC identity token is at hand."""
+    from gpuforge.registry import attest
 
-    key = o.record_signing_key or options.setting("signing_key")
+    key = o.signing_key
     if key is None and not attest.oidc_token_available():
         msg = ("promotion records are signed: give --sign-key KEY (or GPUFORGE_COSIGN_KEY), or run where cosign gets "
                "an OIDC identity token (SIGSTORE_ID_TOKEN, or GitHub Actions with `id-token: write`)")
@@ -266,52 +305,51 @@ def cmd_attest(args) -> int:
 
 
 def cmd_cve_gate(args) -> int:
-    from gpuforge.publish import cve
+    from gpuforge.cve import gate as cve
 
     o = options.for_args(args)
-    t = load_matrix(Path(o.matrix)).by_id(args.target) if args.target else None
+    t = load_matrix(Path(o.matrix)).by_id(o.target).on(o.registry) if o.target else None
     cve.gate([Path(p) for p in args.scans], allowlist=Path(o.cve_allowlist) if o.cve_allowlist else None, target=t,
              severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
-             db_metadata=Path(args.db_metadata) if args.db_metadata else None, sbom=Path(args.sbom) if args.sbom else None,
-             output=Path(args.output) if args.output else None, sign=args.attest, attest_key=o.signing_key,
-             registry=o.registry, digest=args.digest)
+             db_metadata=Path(o.db_metadata) if o.db_metadata else None, sbom=Path(o.sbom) if o.sbom else None,
+             output=Path(o.output) if o.output else None, sign=o.attest, signer=_signer(o, o.signing_key),
+             digest=o.digest, records=_records(o))
     return 0
 
 
 def cmd_prod_sboms(args) -> int:
-    from gpuforge.publish import cve
+    from gpuforge.cve import gate as cve
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    cve.write_prod_sboms(targets, registry=o.registry, verifier=_verifier(o.verify_key), out=Path(args.output))
+    cve.write_prod_sboms(targets, verifier=_verifier(o), out=Path(o.output_dir))
     return 0
 
 
 def cmd_outdated(args) -> int:
-    from gpuforge.publish import attest, outdated
+    from gpuforge.fleet import outdated
 
     m, targets = _targets(args, all_by_default=True)
+    o = options.for_args(args)
     lock = outdated.lock_path(m.path)
-    if args.write_base_lock:
-        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock))} pulled base(s))")
+    if o.write_base_lock:
+        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock, _auth(o)))} pulled base(s))")
         return 0
-    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock))
-    if args.images:
-        found += outdated.security(targets)
-    if args.prod:
-        verifier = attest.Verifier.from_env(options.for_args(args).verify_key)
+    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock), _auth(o))
+    if o.images:
+        found += outdated.security(targets, _records(o))
+    if o.prod:
+        verifier = _verifier_or_none(o)
         if verifier is None:
             msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
             raise ConfigError(msg)
-        found += outdated.prod_cve(targets, registry=options.for_args(args).registry, verifier=verifier)
-    sys.stdout.write(outdated.report(found, as_json=args.json))
+        found += outdated.prod_cve(targets, verifier=verifier)
+    sys.stdout.write(outdated.report(found, as_json=o.json))
     return 0
 
 
-def _verifier(key: str | None):
-    from gpuforge.publish import attest
-
-    v = attest.Verifier.from_env(key)
+def _verifier(o):
+    v = _verifier_or_none(o)
     if v is None:
         msg = "no way to verify the signed evidence: --key cosign.pub, GPUFORGE_COSIGN_PUBLIC_KEY, or keyless identity"
         raise ConfigError(msg)
@@ -319,29 +357,30 @@ def _verifier(key: str | None):
 
 
 def cmd_support(args) -> int:
-    from gpuforge.publish import support
+    from gpuforge.fleet import support
 
     m, targets = _targets(args, all_by_default=True)
     o = options.for_args(args)
-    sys.stdout.write(support.support_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o.verify_key)))
+    sys.stdout.write(support.support_cli(m, targets, fmt=o.format, verifier=_verifier(o),
+                                         records=_records(o)))
     return 0
 
 
 def cmd_release_notes(args) -> int:
-    from gpuforge.publish import support
+    from gpuforge.fleet import support
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    sys.stdout.write(support.notes_cli(m, targets, fmt=args.format, registry=o.registry, verifier=_verifier(o.verify_key),
-                                       digest=args.digest, previous=args.previous, output=args.output,
-                                       sign=args.attest, sign_key=args.sign_key or options.setting("signing_key")))
+    sys.stdout.write(support.notes_cli(m, targets, fmt=o.format, verifier=_verifier(o),
+                                       records=_records(o), digest=o.digest, previous=o.previous,
+                                       output=o.output_dir, sign=o.attest, signer=_signer(o, o.signing_key)))
     return 0
 
 
 def cmd_clean(args) -> int:
     from gpuforge.engine import containers as run
 
-    print(run.sweep(everything=args.all).line())  # one line, on stdout: what went and what was kept
+    print(run.sweep(everything=options.for_args(args).all).line())  # one line, on stdout: what went and what was kept
     return 0
 
 
@@ -354,8 +393,8 @@ The usual sequence, for the matrix default (or give selectors such as cuda=12.8 
   gpuforge build                       build with BuildKit, tag only on success
   gpuforge validate                    run the validators; writes reports/<target>/report.md
   gpuforge push                        push to the matrix's registry, record the digest
-  gpuforge validate --attest --key cosign.key   validate again, signing the result onto the pushed digest
-  gpuforge promote --to dev --key cosign.pub    copy the validated digest to the -dev tags (signed record)
+  gpuforge validate --attest --sign-key cosign.key   validate again, signing the result onto the pushed digest
+  gpuforge promote --env dev --key cosign.pub        copy the validated digest to the -dev tags (signed record)
   gpuforge status                      what dev and prod hold, from the registry
 Run `gpuforge COMMAND --help` for a command's options; docs/ and README.md say more."""
 
@@ -390,73 +429,53 @@ def parser() -> argparse.ArgumentParser:
         options.add_arguments(p, name)
         return p
 
-    p = add("plan", cmd_plan, "print the expanded targets")
-    p.add_argument("--pools", action="store_true", help="with --json: one row per (target, fleet pool) for GPU jobs")
+    _plan_and_build(add)
+    _validation(add)
+    _publishing(add)
+    _fleet_reports(add)
+    _promotion_state(add)
+    return ap
+
+
+def _plan_and_build(add) -> None:
+    add("plan", cmd_plan, "print the expanded targets")
     add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
     add("schema", cmd_schema, "write the JSON schema of matrix.yaml (for editors)", selectors=False)
     add("build", cmd_build, "build images with BuildKit (buildx when present)")
-    p = add("validate", cmd_validate, "run the validators against built targets")
-    p.add_argument("--attest", action="store_true",
-                   help="sign this run's result (green or not) onto the pushed digest with cosign, in this process; "
-                        "push first. The only way evidence is signed")
+    add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)", selectors=False)
+
+
+def _validation(add) -> None:
+    add("validate", cmd_validate, "run the validators against built targets")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
     p.add_argument("selectors", nargs="*", help="target whose versions are expected (default: the matrix default)")
-    p = add("push", cmd_push, "push built targets and record their digests")
-    p.add_argument("--replace", action="store_true",
-                   help="move the build tag when it already names another image (recorded in the build record)")
-    p = add("promote", cmd_promote, "promote validated digests to dev or prod")
-    p.add_argument("--allow-no-gpu", action="store_true",
-                   help="prod without signed GPU evidence: a warning, recorded in the promotion record and history")
-    p.add_argument("--replace", action="store_true",
-                   help="move the environment's version tag (<tag>-dev/-prod) off another digest (recorded)")
-    add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
-        selectors=False)
     p = add("cve-gate", cmd_cve_gate, "judge scanner JSON (Trivy, Grype, pip-audit) against the CVE allowlist; "
             "exit 9 when red (docs/cve.md)", selectors=False)
     p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
-    p.add_argument("--target", help="target id: its own allowlist entries apply, and its pushed digest is the subject")
-    p.add_argument("--db-metadata", help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)")
-    p.add_argument("--sbom", help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages")
-    p.add_argument("--output", help="write the verdict JSON here (the predicate that --attest signs)")
-    p.add_argument("--attest", action="store_true", help="sign the verdict onto --target's pushed digest with cosign")
-    p.add_argument("--digest", help="the digest scanned, when not this machine's push (a prod re-scan)")
-    p = add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
-    p.add_argument("--output", required=True, help="writes OUTPUT/<target>/sbom.cdx.json and OUTPUT/<target>/digest")
-    p = add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
-            "security updates in built images, red prod CVE verdicts")
-    p.add_argument("--json", action="store_true", help='print {"findings": [{kind, subject, detail}]}')
-    p.add_argument("--images", action="store_true", help="run apt-get -s upgrade (security pocket) in each built image")
-    p.add_argument("--prod", action="store_true", help="check each prod digest's newest signed CVE verdict")
-    p.add_argument("--write-base-lock", action="store_true", help="record each pulled base's current digest in bases.lock")
-    p = add("support", cmd_support, "table of prod digests x fleet pools -> signed GPU evidence (date, result)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="text for a terminal, markdown for a step summary or a docs page, json for tools")
-    p = add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
-    p.add_argument("--format", choices=("markdown", "json"), default="markdown", help="markdown for people, json for tools")
-    p.add_argument("--digest", help="sha256:... (default: the prod tag's digest)")
-    p.add_argument("--previous", help="the previous prod digest, for the size change")
-    p.add_argument("--output", help="write <target>/release-notes.{json,md} under this folder")
-    p.add_argument("--attest", action="store_true", help="sign release-notes.json onto the digest (needs --output)")
-    p.add_argument("--sign-key", help="cosign private key for --attest (default: the signing_key setting, GPUFORGE_COSIGN_KEY)")
-    p = add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)",
-            selectors=False)
-    p.add_argument("--all", action="store_true",
-                   help="remove every gpuforge container, also those of runs still alive (stops them)")
-    p = add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
-    p.add_argument("--env", choices=("dev", "prod"), help="one environment (default: both)")
-    p.add_argument("--json", action="store_true", help="machine-readable")
-    p = add("history", cmd_history, "the promotions of TARGET in one environment, in order, from the registry")
-    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
-    p.add_argument("--json", action="store_true", help="machine-readable")
-    p = add("rollback", cmd_rollback, "point an environment's tags back at a digest promoted there before "
-            "(evidence re-verified; no rebuild, no layer pull)")
-    p.add_argument("--env", choices=("dev", "prod"), required=True, help="the environment")
-    p.add_argument("--to", help="the digest to restore (must have been promoted to this environment)")
-    p.add_argument("--steps", type=int, help="how many promoted digests back (default 1)")
-    p.add_argument("--allow-no-gpu", action="store_true", help="prod: restore a digest without GPU evidence (recorded)")
-    return ap
+
+
+def _publishing(add) -> None:
+    add("push", cmd_push, "push built targets and record their digests")
+    add("promote", cmd_promote, "promote validated digests to dev or prod")
+    add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
+        selectors=False)
+
+
+def _fleet_reports(add) -> None:
+    add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
+    add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
+        "security updates in built images, red prod CVE verdicts")
+    add("support", cmd_support, "table of prod digests x fleet pools -> signed GPU evidence (date, result)")
+    add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
+
+
+def _promotion_state(add) -> None:
+    add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
+    add("history", cmd_history, "the promotions of TARGET in one environment, in order, from the registry")
+    add("rollback", cmd_rollback, "point an environment's tags back at a digest promoted there before "
+        "(evidence re-verified; no rebuild, no layer pull)")
 
 
 def _reap() -> None:
@@ -471,13 +490,23 @@ def _reap() -> None:
         print(f"gpuforge: removed {n} container(s) left by gpuforge runs that died", file=sys.stderr)
 
 
+def _name_the_run(o) -> None:
+    """The checkout (root: GPUFORGE_ROOT) and the run id (GPUFORGE_RUN_ID) this process works under, named once."""
+    paths.use_root(Path(o.root) if o.root else None)
+    if o.resolved.get("run_id"):
+        from gpuforge.engine import containers
+
+        containers.use_run_id(o.run_id)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)
     if extra and args.cmd != "attest":  # attest takes anything, only to refuse it with what to run instead
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        options.for_args(args)  # every flag, variable and default, checked before any work
+        o = options.for_args(args)  # every flag, variable and default, checked before any work
+        _name_the_run(o)
         if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first
             options.use_matrix(None)
         if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
@@ -491,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         options.activate(None)
+        paths.use_root(None)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ unset. A value from any source goes through the same check, and a bad one is one
 (`--driver`, `GPUFORGE_DRIVER`, `matrix.yaml:12: extra_ca`), exit 2.
 
 Nothing else in gpuforge/ reads `GPUFORGE_*` from the environment (gpuforge/image/ reads the in-image
-variables itself), and nothing here reads it at import time: `setting(name)` answers from the Options
-the CLI resolved for this command, or, used as a library (tests, the validator plugin in its pytest
-child), from the environment at the moment of the call.
+variables itself), and nothing here reads it at import time. Only gpuforge/cli.py looks values up
+(`setting(name)`, `for_args`): it resolves a command's options once and passes the values, or small typed
+objects made from them (Records, RegistryAuth, Signer, Verifier), to each stage's entry point
+(tests/unit/core/test_imports.py checks that). Used as a library (tests), `setting(name)` reads the
+environment at the moment of the call.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def _cosign_key(value: str) -> str:
     return value
 
 
-# The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.publish.cve uses this one.
+# The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.cve.gate uses this one.
 CVE_SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")
 
 
@@ -138,6 +140,20 @@ def _root(value: str) -> str:
     return str(root)
 
 
+def _steps(value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        msg = f"{value!r} is not a number of steps back (allowed: 1 or more)"
+        raise ValueError(msg)
+    return n
+
+
+ENVIRONMENTS = ("dev", "prod")
+
+
 def _text(value: str) -> str:
     why = grammar.printable(value)
     if why:
@@ -165,7 +181,9 @@ class Setting:
     what: str = "a value"  # for "'x' is not a build driver"
     check: Callable | None = None  # text -> value, ValueError when bad (choices are checked apart)
     action: str | None = None  # argparse: store_true, append
-    required: bool = False
+    required_for: tuple[str, ...] = ()  # the commands that cannot run without it
+    default_for: tuple[tuple[str, object], ...] = ()  # (command, default) where a command's default differs
+    aliases: tuple[tuple[str, str], ...] = ()  # (command, old flag) kept there because it meant the same
     is_path: bool = False  # relative values from matrix.yaml are read from the matrix file's folder
     secret: bool = False  # -v shows that it is set, never the value
 
@@ -176,12 +194,16 @@ class Setting:
             out.append(f"matrix.yaml: {self.key}")
         return (*out, *self.fallback_env, "default")
 
+    def default_of(self, command: str | None) -> object:
+        return dict(self.default_for).get(command, self.default)
+
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
-_REGISTRY_CMDS = ("push", "promote")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
 _REPORTS = ("validate", "smoke", "promote", "rollback")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
+_SIGNED = ("validate", "cve-gate", "promote", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
+_REGISTRY_USE = ("push", *_SIGNED)  # speak to a registry (credentials, TLS)
 
 TABLE: tuple[Setting, ...] = (
     # global
@@ -190,12 +212,22 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="verbose", flag="--verbose", short="-v", action="store_true", default=False,
             help="print every resolved option and where it came from (flag, environment, matrix.yaml, default)"),
     # plan / generate / schema
-    Setting(name="json", flag="--json", commands=("plan",), action="store_true", default=False,
-            help='print {"include": [...]} for a GitHub Actions matrix'),
+    Setting(name="json", flag="--json", commands=("plan", "outdated", "status", "history"), action="store_true",
+            default=False, help='print JSON for tools instead of text (plan: a GitHub Actions matrix {"include": [...]})'),
+    Setting(name="pools", flag="--pools", commands=("plan",), action="store_true", default=False,
+            help="with --json: one row per (target, fleet pool) for GPU jobs"),
     Setting(name="check", flag="--check", commands=("generate", "schema"), action="store_true", default=False,
             help="fail, naming the files, when generated files (or the committed schema) are stale"),
-    Setting(name="output", flag="--output", commands=("schema",), default="matrix.schema.json", check=_text,
-            help="where the schema is written"),
+    Setting(name="output", flag="--output", commands=("schema", "cve-gate"), check=_text,
+            default_for=(("schema", "matrix.schema.json"),),
+            help="the file this command writes (schema: the JSON schema; cve-gate: the verdict JSON that --attest signs)"),
+    Setting(name="output_dir", flag="--output-dir", commands=("prod-sboms", "release-notes"), check=_text,
+            required_for=("prod-sboms",),
+            help="the folder this command writes into, one subfolder per target (prod-sboms: sbom.cdx.json and digest; "
+                 "release-notes: release-notes.json and .md)"),
+    Setting(name="format", flag="--format", commands=("support", "release-notes"), choices=("text", "markdown", "json"),
+            default="text", default_for=(("release-notes", "markdown"),), what="an output format",
+            help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools"),
     # build
     Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
     Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,
@@ -225,8 +257,11 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="provenance", flag="--provenance", commands=_BUILD, env="GPUFORGE_PROVENANCE", default="default",
             choices=("default", "false", "min", "max"), what="a provenance mode",
             help="BuildKit provenance attestation (buildx --provenance; default: BuildKit's own, none on 20.10)"),
-    Setting(name="log_dir", commands=_BUILD, env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text, help="build logs"),
+    Setting(name="log_dir", commands=(*_BUILD, "push"), env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text,
+            help="build logs (and push's zstd re-export logs)"),
     # validate / smoke
+    Setting(name="all", flag="--all", commands=("clean",), action="store_true", default=False,
+            help="remove every gpuforge container, also those of runs still alive (stops them)"),
     Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
     Setting(name="gpu", flag="--gpu", commands=("validate",), action="store_true", default=False,
             help="also run the GPU validators (containers get every GPU)"),
@@ -248,7 +283,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="run_id", commands=("build", "validate", "smoke", "clean"), env="GPUFORGE_RUN_ID", check=_run_id,
             help="labels every container of this run (gpuforge sets it for its pytest child); default: a random id"),
     # push / promote
-    Setting(name="registry", flag="--registry", commands=(*_REGISTRY_CMDS, "validate", "cve-gate", *_FLEET_READS, *_REGISTRY_READS),
+    Setting(name="registry", flag="--registry", commands=_REGISTRY_USE,
             env="GPUFORGE_REGISTRY",
             check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
@@ -256,32 +291,56 @@ TABLE: tuple[Setting, ...] = (
             choices=("gzip", "zstd", "both"), what="a layer compression",
             help="gzip (every engine pulls it), zstd (Docker 23+; pushed as <tag>-zstd; needs the containerd image "
                  "store), or both"),
-    Setting(name="to", flag="--to", commands=("promote",), required=True, choices=("dev", "prod"),
-            what="a promotion environment", help="the environment to promote to"),
+    Setting(name="replace", flag="--replace", commands=("push", "promote"), action="store_true", default=False,
+            help="move a version tag that names another digest (push: the build tag; promote: <tag>-dev/-prod); "
+                 "recorded"),
+    Setting(name="env", flag="--env", commands=("promote", *_REGISTRY_READS), required_for=("promote", "history", "rollback"),
+            choices=ENVIRONMENTS, what="a promotion environment", aliases=(("promote", "--to"),),
+            help="the environment (status: default both)"),
+    Setting(name="digest", flag="--digest", commands=("cve-gate", "release-notes", "rollback"), check=_text,
+            help="the image digest (sha256:...) this command is about: the one scanned (a prod re-scan), the one to "
+                 "write notes for (default: the prod tag's), the one to restore (promoted to this environment before)"),
+    Setting(name="steps", flag="--steps", commands=("rollback",), check=_steps,
+            help="how many promoted digests back (default 1)"),
+    Setting(name="previous", flag="--previous", commands=("release-notes",), check=_text,
+            help="the previous prod digest, for the size change"),
+    Setting(name="allow_no_gpu", flag="--allow-no-gpu", commands=("promote", "rollback"), action="store_true",
+            default=False, help="prod without signed GPU evidence: a warning, recorded in the promotion record and history"),
+    Setting(name="attest", flag="--attest", commands=("validate", "cve-gate", "release-notes"), action="store_true",
+            default=False,
+            help="sign what this command makes onto the pushed digest with cosign, in this process (validate: this "
+                 "run's result, green or not, the only way evidence is signed; cve-gate: the verdict; release-notes: "
+                 "release-notes.json)"),
     Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,
             help="also require signed GPU evidence (prod always does, unless --allow-no-gpu)"),
-    Setting(name="record_signing_key", flag="--sign-key", commands=("promote", "rollback"), check=_cosign_key,
-            help="cosign private key that signs the promotion records (default: the signing_key setting)"),
+    Setting(name="signing_key", flag="--sign-key", commands=("validate", "cve-gate", "release-notes", "promote", "rollback"),
+            env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
+            help="cosign private key that signs (password in COSIGN_PASSWORD): evidence, verdicts, notes, promotion "
+                 "records; none: keyless (OIDC)"),
     Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS, *_REGISTRY_READS),
             env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
-    Setting(name="signing_key", flag="--key", commands=("validate", "cve-gate"), env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
-            help="cosign private key (password in COSIGN_PASSWORD); none: keyless (OIDC)"),
-    Setting(name="cosign_identity", commands=("promote",), env="GPUFORGE_COSIGN_IDENTITY", check=_text,
+    Setting(name="cosign_identity", commands=_SIGNED, env="GPUFORGE_COSIGN_IDENTITY", check=_text,
             help="keyless verification: the signer's certificate identity"),
-    Setting(name="cosign_issuer", commands=("promote",), env="GPUFORGE_COSIGN_ISSUER", check=_text,
+    Setting(name="cosign_issuer", commands=_SIGNED, env="GPUFORGE_COSIGN_ISSUER", check=_text,
             help="keyless verification: its OIDC issuer"),
-    Setting(name="cosign_tlog", commands=("promote",), env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
+    Setting(name="cosign_tlog", commands=_SIGNED, env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
             help="upload to / check the Rekor transparency log"),
-    Setting(name="registry_user", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_USER", check=_text,
+    Setting(name="registry_user", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_USER", check=_text,
             help="registry user (with the password)"),
-    Setting(name="registry_password", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_PASSWORD",
+    Setting(name="registry_password", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_PASSWORD",
             secret=True,
             help="registry password or token (written to a private auth file, never to a command line)"),
-    Setting(name="registry_insecure", commands=_REGISTRY_CMDS, env="GPUFORGE_REGISTRY_INSECURE", default=False,
+    Setting(name="registry_insecure", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_INSECURE", default=False,
             check=_bool,
             help="plain HTTP / no TLS verification for every registry (loopback registries always are)"),
     # the CVE gate (docs/cve.md)
+    Setting(name="target", flag="--target", commands=("cve-gate",), check=_text,
+            help="target id: its own allowlist entries apply, and its pushed digest is the subject"),
+    Setting(name="db_metadata", flag="--db-metadata", commands=("cve-gate",), check=_text,
+            help="Trivy: `trivy version -f json` output (VulnerabilityDB.UpdatedAt)"),
+    Setting(name="sbom", flag="--sbom", commands=("cve-gate",), check=_text,
+            help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages"),
     Setting(name="cve_allowlist", flag="--allowlist", commands=("cve-gate",), env="GPUFORGE_CVE_ALLOWLIST", check=_text,
             help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by"),
     Setting(name="cve_severity", flag="--severity", commands=("cve-gate",), env="GPUFORGE_CVE_SEVERITY", default="HIGH",
@@ -289,6 +348,13 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="cve_max_db_age_hours", flag="--max-db-age-hours", commands=("cve-gate",),
             env="GPUFORGE_CVE_MAX_DB_AGE_HOURS", default=72.0, check=_hours,
             help="a vulnerability database older than this fails the gate"),
+    # outdated
+    Setting(name="images", flag="--images", commands=("outdated",), action="store_true", default=False,
+            help="run apt-get -s upgrade (security pocket) in each built image"),
+    Setting(name="prod", flag="--prod", commands=("outdated",), action="store_true", default=False,
+            help="check each prod digest's newest signed CVE verdict"),
+    Setting(name="write_base_lock", flag="--write-base-lock", commands=("outdated",), action="store_true", default=False,
+            help="record each pulled base's current digest in bases.lock"),
     Setting(name="prod_require_cve", commands=("promote",), env="GPUFORGE_PROD_REQUIRE_CVE", default=False, check=_bool,
             help="promotion to prod also requires a green signed CVE verdict"),
     # where things are
@@ -297,6 +363,15 @@ TABLE: tuple[Setting, ...] = (
             help="the gpuforge checkout; default: the nearest folder at or above the cwd with images/context and validators/"),
 )
 SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in TABLE})
+
+# Old spellings that meant something else on these commands than the flag means now: refused, naming the new one.
+RETIRED: Mapping[tuple[str, str], str] = MappingProxyType({
+    ("validate", "--key"): "--key is the public key that verifies; sign with --sign-key KEY",
+    ("cve-gate", "--key"): "--key is the public key that verifies; sign with --sign-key KEY",
+    ("rollback", "--to"): "--to named the digest to restore; give --digest DIGEST (the environment is --env)",
+    ("prod-sboms", "--output"): "--output names a file; give the folder as --output-dir DIR",
+    ("release-notes", "--output"): "--output names a file; give the folder as --output-dir DIR",
+})
 
 # Not a setting: the validator subprocess's end of the progress pipe (gpuforge.validate.progress.Watch sets it).
 PROGRESS_FD_ENV = "GPUFORGE_PROGRESS_FD"
@@ -339,8 +414,10 @@ def _checked(s: Setting, value, source: str) -> Resolved:
     return Resolved(s.name, value, source)
 
 
-def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = None, matrix=None) -> Resolved:
-    """The first value given among the setting's sources (see Setting.sources), checked."""
+def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = None, matrix=None,
+                command: str | None = None) -> Resolved:
+    """The first value given among the setting's sources (see Setting.sources), checked; the default is the
+    command's own where it has one."""
     env = os.environ if environ is None else environ
     if cli not in (None, "", False, (), []):
         return _checked(s, cli, s.flag or s.name)
@@ -354,7 +431,7 @@ def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = Non
     for name in s.fallback_env:
         if env.get(name):
             return _checked(s, env[name], name)
-    return Resolved(s.name, s.default, "default")
+    return Resolved(s.name, s.default_of(command), "default")
 
 
 @dataclass(frozen=True)
@@ -384,7 +461,7 @@ class Options:
         out = dict(self.resolved)
         for s in TABLE:
             if s.key and s.name in out:
-                out[s.name] = resolve_one(s, cli=self._flags.get(s.name), matrix=matrix)
+                out[s.name] = resolve_one(s, cli=self._flags.get(s.name), matrix=matrix, command=self.command)
         return Options(self.command, MappingProxyType(out), True, self.args_id, self._flags)
 
     def lines(self) -> list[str]:
@@ -408,7 +485,7 @@ def resolve(args: argparse.Namespace | None = None, command: str | None = None,
     environment and matrix.yaml. Raises ConfigError naming the source of the first bad value."""
     command = command or getattr(args, "cmd", None)
     flags = {s.name: getattr(args, s.name, None) for s in TABLE if s.flag and _applies(s, command)} if args else {}
-    out = {s.name: resolve_one(s, cli=flags.get(s.name), environ=environ, matrix=matrix)
+    out = {s.name: resolve_one(s, cli=flags.get(s.name), environ=environ, matrix=matrix, command=command)
            for s in TABLE if _applies(s, command)}
     return Options(command, MappingProxyType(out), matrix is not None, id(args) if args else None,
                    MappingProxyType(flags))
@@ -420,7 +497,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
     for s in TABLE:
         if not s.flag or (s.commands if command is None else command not in s.commands):
             continue
-        names = [n for n in (s.short, s.flag) if n]
+        names = [n for n in (s.short, s.flag, *(old for c, old in s.aliases if c == command)) if n]
         kw: dict = {"dest": s.name, "help": _help(s)}
         if s.action:
             kw["action"] = s.action
@@ -429,9 +506,23 @@ def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
             kw["default"] = None
             if s.choices:
                 kw["metavar"] = "{" + ",".join(s.choices) + "}"
-        if s.required:
+        if command in s.required_for:
             kw["required"] = True
         parser.add_argument(*names, **kw)
+    for (cmd, flag), hint in RETIRED.items():
+        if cmd == command:
+            parser.add_argument(flag, action=Retired, hint=hint, help=argparse.SUPPRESS)
+
+
+class Retired(argparse.Action):
+    """An old spelling that meant something else here: refused at parse time with a one-line hint (exit 2)."""
+
+    def __init__(self, option_strings, dest, hint: str, **kw):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS, **kw)
+        self.hint = hint
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is no longer accepted here: {self.hint}")
 
 
 def _help(s: Setting) -> str:
@@ -440,6 +531,7 @@ def _help(s: Setting) -> str:
         tail.append(f"matrix.yaml {s.key}")
     if s.default not in (None, False, (), ""):
         tail.append(f"default {s.default}")
+    tail += [f"{cmd}: default {d}" for cmd, d in s.default_for]
     return f"{s.help} ({'; '.join(tail)})" if tail else s.help
 
 
@@ -497,6 +589,7 @@ def markdown_table() -> str:
         flag = " / ".join(f"`{n}`" for n in (s.short, s.flag) if n)
         cmds = ", ".join(s.commands) if s.commands else ("all" if s.flag else "")
         default = "" if s.default in (None, (), "") else f"`{s.default}`"
+        default += "".join(f" ({cmd}: `{d}`)" for cmd, d in s.default_for)
         if s.choices:
             default += f" (one of {', '.join(s.choices)})"
         rows.append(f"| {s.name} | {flag} | {cmds} | {f'`{s.env}`' if s.env else ''} | {f'`{s.key}`' if s.key else ''} "

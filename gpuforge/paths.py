@@ -17,12 +17,20 @@ CONTEXT_PATHS = ("gpuforge/__init__.py", "gpuforge/image", "images/context", "im
 MARKERS = options.CHECKOUT_MARKERS
 
 
+_given: list[Path] = []  # the checkout the entry point named (use_root), if any
+
+
+def use_root(root: Path | None) -> None:
+    """The checkout this process works on, named once by its entry point: the CLI's root setting (GPUFORGE_ROOT,
+    checked by gpuforge.options), the validator plugin's own checkout; None: found from the cwd again."""
+    _given[:] = [Path(root)] if root else []
+
+
 def project_root() -> Path:
-    """GPUFORGE_ROOT (checked by gpuforge.options), else the nearest folder at or above the cwd that holds
-    images/context and validators/."""
-    root = options.setting("root")
-    if root:
-        return Path(root)
+    """The checkout named by use_root(), else the nearest folder at or above the cwd that holds images/context and
+    validators/."""
+    if _given:
+        return _given[0]
     return _found(Path.cwd().resolve())
 
 

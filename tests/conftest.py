@@ -109,9 +109,10 @@ def _fresh_options():
     """A test that runs a command function itself leaves that command's resolved options active
     (main() clears them); the next test reads its own environment."""
     yield
-    from gpuforge import options
+    from gpuforge import options, paths
 
     options.activate(None)
+    paths.use_root(None)  # a test that named a checkout (as the CLI does for GPUFORGE_ROOT) leaves none named
 
 
 @pytest.fixture(scope="session")
@@ -132,8 +133,9 @@ def test_ca(tmp_path_factory):
 @pytest.fixture(scope="session")
 def default_build(docker_engine, test_ca):
     """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast)."""
+    from state_here import records
+
     from gpuforge.plan.matrix import load_matrix
-    from gpuforge.state import records
 
     t = load_matrix().select(None)[0]
     r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")

@@ -41,11 +41,12 @@ from pathlib import Path
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
 from gpuforge import options, paths
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
 from gpuforge.render import packages
+from gpuforge.state.records import Records
 
 REGISTRY_PORTS = range(5300, 5400)
 REPOSITORY = "gpuforge-test-13b/cache"
@@ -62,7 +63,7 @@ def install_step_seconds(log: str) -> float | None:
 
 def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | None, tag: str,
                 no_cache: bool = False, steps: list | None = None) -> float:
-    argv = [driver.client, *(["buildx", "build", "--load"] if driver.name == "buildx" else ["build"]),
+    argv = [*driver.command(builder=None, cache_from=(), cache_to=None, provenance=None, metadata=None),
             "--progress=plain", "-t", tag, "-f", str(dockerfile), *(["--no-cache"] if no_cache else [])]
     if ca:
         argv += ["--secret", f"id=ca,src={ca}"]
@@ -78,7 +79,9 @@ def plain_build(driver: engine.Driver, root: Path, dockerfile: Path, ca: str | N
 
 def gpuforge_build(t, ctx_root: Path | None, ca: str | None, logs: Path) -> float:
     t0 = time.monotonic()
-    build.build_targets([t], build.BuildOptions(context_root=ctx_root, extra_ca=ca, progress="plain", log_dir=logs))
+    records = Records(Path(options.resolve_one(options.SETTINGS["state_dir"]).value))  # gpuforge's own resolution
+    build.build_targets([t], build.BuildOptions(context_root=ctx_root, extra_ca=ca, progress="plain", log_dir=logs,
+                                                records=records))
     return time.monotonic() - t0
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import second_engine as runners  # tools/ is this script's directory, so on sys.path
 
 from gpuforge import paths
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.plan.matrix import load_matrix
 
 REGISTRY_PORTS = range(5400, 5500)

@@ -2,7 +2,7 @@
 empty data root, a loopback docker-registry between the runners, a snapshot of the checkout both build
 from, and BuildKit's plain step log read back (which RUN steps came from the cache).
 
-Shared by tests/integration/build/test_buildx.py and tools/bench_build.py; no pytest here (failures raise
+Shared by tests/integration/builder/test_buildx.py and tools/bench_build.py; no pytest here (failures raise
 StartError, the callers decide whether that skips, fails or aborts).
 """
 

@@ -4,7 +4,7 @@ record: the size the engine reported for the image gpuforge built, and the store
     python tools/size_baseline.py pt271-cu126-py311-debian12-runtime-wheels
 
 Commit the file with the change that made the image bigger or smaller (the build's size check then
-compares later builds with it, within gpuforge.build.sizecheck.TOLERANCE).
+compares later builds with it, within gpuforge.builder.sizecheck.TOLERANCE).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpuforge.build import sizecheck
+from gpuforge.builder import sizecheck
 from gpuforge.state import records
 
 

@@ -48,7 +48,14 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    from gpuforge import options, paths
+    from gpuforge.engine import containers
+
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    # This pytest child is an entry point: it names its checkout (the one these validators live in) and takes the
+    # run id gpuforge gave it (GPUFORGE_RUN_ID), once, for the modules below that label containers or read files.
+    paths.use_root(Path(__file__).resolve().parent.parent)
+    containers.use_run_id(options.resolve_one(options.SETTINGS["run_id"]).value)
     config.pluginmanager.register(GpuforgePlugin(config), "gpuforge-validators")
 
 

@@ -19,6 +19,7 @@ import docker
 import docker.errors
 from packaging.version import InvalidVersion, Version
 
+from gpuforge.engine.drivers import DRIVERS, Buildx, Classic, Driver  # noqa: F401 (the build stage's names)
 from gpuforge.errors import EngineError
 
 LABEL_OWNER = "io.gpuforge.owner"  # on every container gpuforge starts, so `clean` can find leftovers
@@ -58,17 +59,6 @@ def alive() -> bool:
 def lost(during: str) -> EngineError:
     return EngineError(f"the Docker engine at {_host()} stopped answering during {during}; "
                        "restart it (`sudo bash tools/start-engine.sh`) and run the command again")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Driver:
-    name: str  # buildx | classic
-    client: str  # path of the docker client binary
-    client_version: str
-
-    def describe(self) -> str:
-        how = "docker buildx build --load" if self.name == "buildx" else "DOCKER_BUILDKIT=1 docker build"
-        return f"build driver: {self.name} ({how}) via {self.client} {self.client_version}"
 
 
 def _clients() -> list[str]:
@@ -116,12 +106,12 @@ def choose_driver(preferred_client: str | None = None, want: str = "auto") -> Dr
     if want in ("auto", "buildx"):
         for c in candidates:
             if versions[c] and _has_buildx(c):
-                return Driver(name="buildx", client=c, client_version=versions[c])
+                return Buildx(client=c, client_version=versions[c])
     if want in ("auto", "classic"):
         for c in candidates:
             try:
                 if versions[c] and Version(versions[c].split("+")[0].split("-")[0]) < Version("23"):
-                    return Driver(name="classic", client=c, client_version=versions[c])
+                    return Classic(client=c, client_version=versions[c])
             except InvalidVersion:
                 continue
     found = ", ".join(f"{c} {versions[c] or '(broken)'}" for c in candidates)

@@ -19,18 +19,23 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
-from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
 from gpuforge.grammar import GPU_REQUESTS
 
 RUN_LABEL = "io.gpuforge.run"
-_OWN_RUN_ID = uuid.uuid4().hex[:12]
+_run_id = [uuid.uuid4().hex[:12]]  # one per process, unless the entry point names the run (use_run_id)
+
+
+def use_run_id(value: str | None) -> None:
+    """Label this process's containers with `value`, named once by the entry point: the CLI's run_id setting
+    (GPUFORGE_RUN_ID), which gpuforge sets for its pytest child and the validator plugin passes on here."""
+    if value:
+        _run_id[0] = value
 
 
 def run_id() -> str:
-    """This run's id: GPUFORGE_RUN_ID (gpuforge gives its pytest child its own), else one per process."""
-    return options.setting("run_id") or _OWN_RUN_ID
+    return _run_id[0]
 
 
 @dataclass
@@ -111,22 +116,12 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
-    if user is not None:
+    # docker run's --gpus/--device, --shm-size, -v, --sysctl, --read-only, --tmpfs, --network: only those asked for
+    asked = {"device_requests": [gpu_device_request(gpu_request)] if gpus else None, "shm_size": shm_size,
+             "volumes": volumes, "sysctls": sysctls, "read_only": read_only, "tmpfs": tmpfs, "network_mode": network}
+    kwargs.update({k: v for k, v in asked.items() if v})
+    if user is not None:  # "" is a user too (the image's default)
         kwargs["user"] = user
-    if gpus:
-        kwargs["device_requests"] = [gpu_device_request(gpu_request)]
-    if shm_size:
-        kwargs["shm_size"] = shm_size
-    if volumes:
-        kwargs["volumes"] = volumes
-    if sysctls:
-        kwargs["sysctls"] = sysctls
-    if read_only:
-        kwargs["read_only"] = True
-    if tmpfs:
-        kwargs["tmpfs"] = tmpfs
-    if network:
-        kwargs["network_mode"] = network
     try:
         cont = c.containers.create(image, command, **kwargs)
     except docker.errors.ImageNotFound:

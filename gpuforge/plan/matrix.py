@@ -34,7 +34,7 @@ MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is ex
 _ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
 
 
-# How gpuforge.build.bases shapes a bootstrapped root file system; part of the base's recipe (a change
+# How gpuforge.builder.bases shapes a bootstrapped root file system; part of the base's recipe (a change
 # gives a new base tag). 2: without docs, man pages and translations (copyright files kept).
 BOOTSTRAP_ROOTFS = 2
 
@@ -108,14 +108,7 @@ def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row]
     """Rows of axis values (GitHub Actions semantics: exclude, then include), each knowing its locs."""
     ax = spec.matrix
     axes = [k for k in AXES if getattr(ax, k)]
-    values = {}
-    for k in axes:  # a value listed twice would make every combination with it twice
-        first: dict[str, int] = {}
-        for i, v in enumerate(getattr(ax, k)):
-            if v in first:
-                problems.add(("matrix", k, i), f'"{v}" is listed twice (also item {first[v]}); each value may appear once')
-            first.setdefault(v, i)
-        values[k] = [(i, v) for v, i in first.items()]
+    values = _axis_values(spec, axes, problems)
     count = math.prod(len(values[k]) for k in axes) if axes else 0
     if count > MAX_TARGETS:
         sizes = " x ".join(f"{len(values[k])} {k}" for k in axes)
@@ -126,33 +119,59 @@ def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row]
         for picks in itertools.product(*(values[k] for k in axes)):
             originals.append(_Row({k: v for k, (_, v) in zip(axes, picks, strict=True)},
                                   {k: ("matrix", k, i) for k, (i, _) in zip(axes, picks, strict=True)}, ("matrix",)))
-    index: dict[tuple, dict[tuple, list[_Row]]] = {}
+    rows = _exclude(spec, axes, originals, problems)
+    _include(spec, axes, _Matching(axes, rows), rows)
+    return _complete(rows, problems)
 
-    def matching(entry: dict) -> list[_Row]:
-        """Product rows whose values equal `entry`'s on the keys they share (indexed once per key set)."""
-        keys = tuple(k for k in axes if k in entry)
-        if keys not in index:
-            index[keys] = {}
-            for r in originals:
-                index[keys].setdefault(tuple(r.values[k] for k in keys), []).append(r)
-        return index[keys].get(tuple(entry[k] for k in keys), [])
 
+def _axis_values(spec: MatrixFile, axes: list[str], problems: Problems) -> dict[str, list[tuple[int, str]]]:
+    """Each axis's (item index, value) pairs; a value listed twice would make every combination with it twice."""
+    values = {}
+    for k in axes:
+        first: dict[str, int] = {}
+        for i, v in enumerate(getattr(spec.matrix, k)):
+            if v in first:
+                problems.add(("matrix", k, i), f'"{v}" is listed twice (also item {first[v]}); each value may appear once')
+            first.setdefault(v, i)
+        values[k] = [(i, v) for v, i in first.items()]
+    return values
+
+
+class _Matching:
+    """Product rows whose values equal an entry's on the keys they share (indexed once per key set)."""
+
+    def __init__(self, axes: list[str], rows: list[_Row]):
+        self.axes, self.rows = axes, list(rows)
+        self.index: dict[tuple, dict[tuple, list[_Row]]] = {}
+
+    def __call__(self, entry: dict) -> list[_Row]:
+        keys = tuple(k for k in self.axes if k in entry)
+        if keys not in self.index:
+            self.index[keys] = {}
+            for r in self.rows:
+                self.index[keys].setdefault(tuple(r.values[k] for k in keys), []).append(r)
+        return self.index[keys].get(tuple(entry[k] for k in keys), [])
+
+
+def _exclude(spec: MatrixFile, axes: list[str], originals: list[_Row], problems: Problems) -> list[_Row]:
+    """The product rows no exclude entry matches; an entry that excludes nothing is a problem (a typo, usually)."""
+    matching = _Matching(axes, originals)
     removed: set[int] = set()
-    for i, ex in enumerate(ax.exclude):
+    for i, ex in enumerate(spec.matrix.exclude):
         given = ex.model_dump(exclude_unset=True)
         hit = [r for r in matching(given) if set(given) <= set(axes)] if given else []
         if not hit:
             problems.add(("matrix", "exclude", i), f"{_show(given)} excludes nothing (check the values)")
         removed.update(id(r) for r in hit)
-    rows = [r for r in originals if id(r) not in removed]
-    if removed:
-        index.clear()
-        originals = rows
-    for i, inc in enumerate(ax.include):
+    return [r for r in originals if id(r) not in removed]
+
+
+def _include(spec: MatrixFile, axes: list[str], matching: _Matching, rows: list[_Row]) -> None:
+    """GitHub Actions: an include entry merges into every *original* combination whose original values it does not
+    overwrite (combinations that earlier includes added are never merged into); one that matches none is a new row."""
+    for i, inc in enumerate(spec.matrix.include):
         given = inc.given()
         loc = ("matrix", "include", i)
-        # GitHub Actions: merge into every *original* combination whose original values it does not
-        # overwrite; combinations that earlier includes added are never merged into.
         merged = matching(given)
         for r in merged:
             for k, v in given.items():
@@ -163,6 +182,10 @@ def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row]
             r.includes.append(i)
         if not merged:
             rows.append(_Row(dict(given), {k: (*loc, k) for k in given if k in AXES}, loc, [i]))
+
+
+def _complete(rows: list[_Row], problems: Problems) -> list[_Row]:
+    """The rows that give every axis; each other one is a problem naming what it lacks."""
     out = []
     for r in rows:
         missing = [k for k in AXES if k not in r.values]
@@ -304,59 +327,11 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     image_name = ImageRef(spec.registry, spec.repository).name
     if len(image_name) > grammar.NAME_MAX:
         problems.add(("repository",), f"{image_name!r} (registry/repository) is longer than {grammar.NAME_MAX} characters")
-    resolver = _Resolver(spec, doc, problems)
     rows = _expand(spec, doc, problems)  # None: too many to expand
-    targets: list[Target] = []
-    seen: dict[str, tuple] = {}
-    variants: dict[tuple, compat.Variant | None] = {}
-    pin_conflicts: dict[tuple, list] = {}
-    for row in rows or ():
-        axes = {k: row.values[k] for k in AXES}
-        tid = target_id(**{("os_name" if k == "os" else k): v for k, v in axes.items()})
-        if tid in seen:
-            problems.add(row.origin, f"duplicate target id {tid} (first defined at line {doc.line(seen[tid])}); "
-                                     "each combination may appear once")
-            continue
-        seen[tid] = row.origin
-        hits = resolver.overrides_for(row, tid)
-        found = compat.problems(torch=axes["torch"], cuda=axes["cuda"], python=axes["python"], os_name=axes["os"],
-                                source=axes["source"], flavor=axes["flavor"], cuda_base_template=spec.cuda_base_image)
-        for p in found:
-            problems.add(*_blame(row, p), tid)
-        if found:
-            continue
-        settings, source = resolver.resolve(row, hits)
-        key = (axes["torch"], axes["cuda"])
-        if key not in variants:
-            variants[key] = compat.variant(*key)
-        variant = variants[key]
-        if (id(settings), key) not in pin_conflicts:  # once per distinct settings and torch variant
-            pin_conflicts[id(settings), key] = _pip_pin_conflicts(settings, source, variant)
-        for loc, message in pin_conflicts[id(settings), key]:
-            problems.add(loc, message, tid, key="pin")
-        base_image, boot = _base_for(spec, row, problems, tid)
-        fmt = {**axes, "id": tid, "cuda_tag": compat.cuda_variant_name(axes["cuda"])}
-        tag = spec.tag_template.format(**fmt)
-        try:
-            grammar.tag(tag, room=_ENV_SUFFIX)
-        except ValueError as e:
-            problems.add(("tag_template",), f"renders {e}", tid, key="renders")
-        aliases = {}
-        for env, lst in settings.aliases.items():
-            aliases[env] = tuple(a.format(**fmt, env=env) for a in lst)
-            for j, a in enumerate(aliases[env]):
-                try:
-                    grammar.tag(a)
-                except ValueError as e:
-                    loc = source.get("aliases", ("defaults",))
-                    problems.add((*loc, "aliases", env, j) if loc[-1] != "aliases" else (*loc, env, j),
-                                 f"{lst[j]!r} renders {e}", tid, key="renders")
-        targets.append(Target(
-            id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
-            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), aliases=aliases, registry=spec.registry, repository=spec.repository,
-        ))
+    make = _Targets(spec, doc, problems)
+    targets = [t for row in rows or () if (t := make.target(row)) is not None]
     if rows is not None:
-        resolver.unused()
+        make.resolver.unused()
     if spec.fleet:
         targets = fleet.assign(spec, targets, problems)
     if not problems:
@@ -367,6 +342,75 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             problems.add(("default",), str(e))
     problems.check()
     return Matrix(path=path, spec=spec, targets=tuple(targets), doc=doc)
+
+
+class _Targets:
+    """Rows -> Targets, noting every problem against its line; what many rows share is worked out once (the torch
+    variant of a (torch, cuda) pair, the pin conflicts of one settings object with it)."""
+
+    def __init__(self, spec: MatrixFile, doc: Positioned, problems: Problems):
+        self.spec, self.doc, self.problems = spec, doc, problems
+        self.resolver = _Resolver(spec, doc, problems)
+        self.seen: dict[str, tuple] = {}
+        self.variants: dict[tuple, compat.Variant | None] = {}
+        self.pin_conflicts: dict[tuple, list] = {}
+
+    def target(self, row: _Row) -> Target | None:
+        """The row's target, or None when it is a duplicate or compat refuses it (a problem is noted)."""
+        spec, problems = self.spec, self.problems
+        axes = {k: row.values[k] for k in AXES}
+        tid = target_id(**{("os_name" if k == "os" else k): v for k, v in axes.items()})
+        if tid in self.seen:
+            problems.add(row.origin, f"duplicate target id {tid} (first defined at line {self.doc.line(self.seen[tid])}); "
+                                     "each combination may appear once")
+            return None
+        self.seen[tid] = row.origin
+        hits = self.resolver.overrides_for(row, tid)
+        found = compat.problems(torch=axes["torch"], cuda=axes["cuda"], python=axes["python"], os_name=axes["os"],
+                                source=axes["source"], flavor=axes["flavor"], cuda_base_template=spec.cuda_base_image)
+        for p in found:
+            problems.add(*_blame(row, p), tid)
+        if found:
+            return None
+        settings, source = self.resolver.resolve(row, hits)
+        variant = self._variant(settings, source, (axes["torch"], axes["cuda"]), tid)
+        base_image, boot = _base_for(spec, row, problems, tid)
+        fmt = {**axes, "id": tid, "cuda_tag": compat.cuda_variant_name(axes["cuda"])}
+        tag = spec.tag_template.format(**fmt)
+        try:
+            grammar.tag(tag, room=_ENV_SUFFIX)
+        except ValueError as e:
+            problems.add(("tag_template",), f"renders {e}", tid, key="renders")
+        return Target(
+            id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
+            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), aliases=self._aliases(settings, source, fmt, tid),
+            registry=spec.registry, repository=spec.repository,
+        )
+
+    def _variant(self, settings, source: dict, key: tuple, tid: str) -> compat.Variant | None:
+        """The torch variant of (torch, cuda); pip_packages that contradict its pins are problems."""
+        if key not in self.variants:
+            self.variants[key] = compat.variant(*key)
+        variant = self.variants[key]
+        if (id(settings), key) not in self.pin_conflicts:  # once per distinct settings and torch variant
+            self.pin_conflicts[id(settings), key] = _pip_pin_conflicts(settings, source, variant)
+        for loc, message in self.pin_conflicts[id(settings), key]:
+            self.problems.add(loc, message, tid, key="pin")
+        return variant
+
+    def _aliases(self, settings, source: dict, fmt: dict, tid: str) -> dict[str, tuple[str, ...]]:
+        """Each environment's moving aliases, rendered; one that is not a tag is a problem at its line."""
+        aliases = {}
+        for env, lst in settings.aliases.items():
+            aliases[env] = tuple(a.format(**fmt, env=env) for a in lst)
+            for j, a in enumerate(aliases[env]):
+                try:
+                    grammar.tag(a)
+                except ValueError as e:
+                    loc = source.get("aliases", ("defaults",))
+                    self.problems.add((*loc, "aliases", env, j) if loc[-1] != "aliases" else (*loc, env, j),
+                                      f"{lst[j]!r} renders {e}", tid, key="renders")
+        return aliases
 
 
 def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tuple[str, dict | None]:

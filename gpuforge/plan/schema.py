@@ -17,7 +17,7 @@ from gpuforge.plan.yamlpos import Positioned
 AXES = ("torch", "cuda", "python", "os", "flavor", "source")
 FLAVORS = ("runtime", "devel")
 SOURCES = ("cuda-base", "wheels")
-ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --to)
+ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --env)
 # How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
 # --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
 # What tag_template and aliases may name ({env} only in aliases), and what cuda_base_image may name.

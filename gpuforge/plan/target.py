@@ -46,6 +46,18 @@ class ImageRef:
         """Another tag of the same repository (the matrix keeps room for gpuforge's suffixes: grammar.tag)."""
         return replace(self, tag=tag)
 
+    def canonical(self) -> ImageRef:
+        """Docker's defaults made explicit: docker.io when no registry is named, library/ before its one-word
+        repositories, tag latest when neither tag nor digest is given."""
+        registry = self.registry or "docker.io"
+        repository = self.repository if self.registry or "/" in self.repository else f"library/{self.repository}"
+        tag = self.tag or (None if self.digest else "latest")
+        return replace(self, registry=registry, repository=repository, tag=tag)
+
+    def bare(self) -> ImageRef:
+        """REGISTRY/REPOSITORY alone: the repository that tags and digests are asked of."""
+        return replace(self, tag=None, digest=None)
+
     def pinned(self, digest: str) -> ImageRef:
         """REGISTRY/REPOSITORY@DIGEST, without the tag: what is signed and verified (a tag beside a digest is
         ignored by the registry and would only mislead)."""
@@ -81,6 +93,14 @@ class Target:
     def ref(self) -> ImageRef:
         """The build tag, parsed: registry, repository, tag."""
         return ImageRef.parse(self.tags[0])
+
+    def on(self, registry: str | None) -> Target:
+        """This target on `registry` (--registry / GPUFORGE_REGISTRY) instead of matrix.yaml's; itself when none is
+        given. The CLI applies it once, when it loads the targets, so every stage reads the target's own ref."""
+        if not registry:
+            return self
+        refs = [ImageRef.parse(tag).on(registry) for tag in self.tags]
+        return replace(self, tags=tuple(map(str, refs)), registry=refs[0].registry)
 
     @property
     def image_name(self) -> str:

@@ -99,6 +99,7 @@ class _Builder:
         return None
 
     def build(self) -> object:
+        """Read the event stream into plain values, noting each value's line; one document only."""
         ld = self.loader
         stack: list[_Frame] = []
         root = None
@@ -116,28 +117,12 @@ class _Builder:
                 continue
             parent = stack[-1] if stack else None
             if isinstance(ev, yaml.MappingEndEvent | yaml.SequenceEndEvent):
-                done = stack.pop()
+                value, size, mark = self._closed(stack.pop())
                 parent = stack[-1] if stack else None
-                if isinstance(done.data, dict):
-                    for merged in done.merges:  # explicit keys win, then earlier merges over later ones
-                        for k, v in merged.items():
-                            done.data.setdefault(k, v)
-                if done.anchor:
-                    self.anchors[done.anchor] = (done.data, done.size)
-                    self.open_anchors.discard(done.anchor)
-                value, size, mark = done.data, done.size, done.mark
             else:
                 loc = self._loc_for(parent, ev)
                 if isinstance(ev, yaml.AliasEvent):
-                    if ev.anchor in self.open_anchors:
-                        self.fail(ev.start_mark, f"alias *{ev.anchor} refers to a value that contains it (recursive)")
-                    if ev.anchor not in self.anchors:
-                        self.fail(ev.start_mark, f"alias *{ev.anchor} has no anchor &{ev.anchor} before it")
-                    value, size = self.anchors[ev.anchor]
-                    self.alias_values += size
-                    if self.alias_values > MAX_ALIAS_VALUES:
-                        self.fail(ev.start_mark, f"YAML aliases expand to more than {MAX_ALIAS_VALUES:,} values "
-                                                 f"(at *{ev.anchor}); refused as an alias bomb: write the values out")
+                    value, size = self._alias(ev)
                 elif isinstance(ev, yaml.ScalarEvent):
                     if parent is not None and isinstance(parent.data, dict) and parent.key is None:
                         self._key(parent, ev)
@@ -147,20 +132,7 @@ class _Builder:
                     if loc is not None:
                         self.raw[loc] = ev.value
                 else:  # a mapping or sequence starts
-                    tag = ev.tag if ev.tag not in (None, "!") else None
-                    is_map = isinstance(ev, yaml.MappingStartEvent)
-                    if tag not in (None, _MAP if is_map else _SEQ):
-                        self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain lists and mappings)")
-                    if len(stack) >= MAX_DEPTH:
-                        self.fail(ev.start_mark, f"nested deeper than {MAX_DEPTH} levels")
-                    if loc is not None:
-                        self.lines.setdefault(loc, ev.start_mark.line + 1)
-                    frame = _Frame({} if is_map else [], loc, ev.anchor, ev.start_mark)
-                    if parent is not None and parent.key is None and isinstance(parent.data, dict):
-                        self.fail(ev.start_mark, "a mapping key must be a plain string, not a list or mapping")
-                    if ev.anchor:
-                        self.open_anchors.add(ev.anchor)
-                    stack.append(frame)
+                    stack.append(self._opened(ev, loc, parent, depth=len(stack)))
                     continue
                 mark = ev.start_mark
                 if loc is not None:
@@ -169,18 +141,63 @@ class _Builder:
                     self.anchors[ev.anchor] = (value, size)
             if parent is None:
                 root = value
-                continue
-            parent.size += size
-            if isinstance(parent.data, list):
-                parent.data.append(value)
-            elif parent.key is None:
-                self.fail(ev.start_mark, "a mapping key must be a plain string, not an alias")
             else:
-                if parent.key is _MERGE_KEY:
-                    self._merge(parent, value, mark)
-                else:
-                    parent.data[parent.key] = value
-                parent.key = None
+                self._attach(parent, value, size, mark, ev)
+
+    def _closed(self, done: _Frame) -> tuple[object, int, object]:
+        """A mapping or sequence that ended: its merges applied, its anchor (if any) now usable."""
+        if isinstance(done.data, dict):
+            for merged in done.merges:  # explicit keys win, then earlier merges over later ones
+                for k, v in merged.items():
+                    done.data.setdefault(k, v)
+        if done.anchor:
+            self.anchors[done.anchor] = (done.data, done.size)
+            self.open_anchors.discard(done.anchor)
+        return done.data, done.size, done.mark
+
+    def _alias(self, ev) -> tuple[object, int]:
+        """The anchored value an alias names; a recursive alias, a forward one or an alias bomb is refused."""
+        if ev.anchor in self.open_anchors:
+            self.fail(ev.start_mark, f"alias *{ev.anchor} refers to a value that contains it (recursive)")
+        if ev.anchor not in self.anchors:
+            self.fail(ev.start_mark, f"alias *{ev.anchor} has no anchor &{ev.anchor} before it")
+        value, size = self.anchors[ev.anchor]
+        self.alias_values += size
+        if self.alias_values > MAX_ALIAS_VALUES:
+            self.fail(ev.start_mark, f"YAML aliases expand to more than {MAX_ALIAS_VALUES:,} values "
+                                     f"(at *{ev.anchor}); refused as an alias bomb: write the values out")
+        return value, size
+
+    def _opened(self, ev, loc: Loc | None, parent: _Frame | None, *, depth: int) -> _Frame:
+        """The frame of a mapping or sequence that starts: plain tags only, bounded depth, never a key."""
+        tag = ev.tag if ev.tag not in (None, "!") else None
+        is_map = isinstance(ev, yaml.MappingStartEvent)
+        if tag not in (None, _MAP if is_map else _SEQ):
+            self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain lists and mappings)")
+        if depth >= MAX_DEPTH:
+            self.fail(ev.start_mark, f"nested deeper than {MAX_DEPTH} levels")
+        if loc is not None:
+            self.lines.setdefault(loc, ev.start_mark.line + 1)
+        frame = _Frame({} if is_map else [], loc, ev.anchor, ev.start_mark)
+        if parent is not None and parent.key is None and isinstance(parent.data, dict):
+            self.fail(ev.start_mark, "a mapping key must be a plain string, not a list or mapping")
+        if ev.anchor:
+            self.open_anchors.add(ev.anchor)
+        return frame
+
+    def _attach(self, parent: _Frame, value: object, size: int, mark, ev) -> None:
+        """Put a finished value into its parent: appended to a list, or under the pending key (a merge key merges)."""
+        parent.size += size
+        if isinstance(parent.data, list):
+            parent.data.append(value)
+        elif parent.key is None:
+            self.fail(ev.start_mark, "a mapping key must be a plain string, not an alias")
+        else:
+            if parent.key is _MERGE_KEY:
+                self._merge(parent, value, mark)
+            else:
+                parent.data[parent.key] = value
+            parent.key = None
 
     def _loc_for(self, parent: _Frame | None, ev) -> Loc | None:
         if parent is None:

@@ -26,27 +26,28 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from gpuforge.build import runner
+from gpuforge.builder import runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import Registry, auth_file
+from gpuforge.registry.client import Registry, RegistryAuth, auth_file
 from gpuforge.state import files
+from gpuforge.state.models import BuildRecord
 
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_OUTPUT = "type=image,name={ref},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
 ZSTD_SUFFIX = "-zstd"
 
 
-def refusal(rec: dict, info: engine.EngineInfo) -> str | None:
+def refusal(rec: BuildRecord, info: engine.EngineInfo) -> str | None:
     """Why this engine/builder cannot export zstd layers (None: it can)."""
-    if rec.get("driver") != "buildx":
-        return (f"--compression zstd re-runs the buildx build, but {rec.get('image_id', '?')[:19]} was built with the "
-                f"{rec.get('driver', 'unknown')} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
-    if not rec.get("argv"):
-        return (f"--compression zstd re-runs the recorded build, and the record of {rec.get('image_id', '?')[:19]} "
+    if not getattr(engine.DRIVERS.get(rec.driver or ""), "exports", False):
+        return (f"--compression zstd re-runs the buildx build, but {rec.image_id[:19]} was built with the "
+                f"{rec.driver or 'unknown'} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
+    if not rec.argv:
+        return (f"--compression zstd re-runs the recorded build, and the record of {rec.image_id[:19]} "
                 "has no build command (built by an older gpuforge); rebuild it")
-    if not info.containerd_store and "--builder" not in rec["argv"]:
+    if not info.containerd_store and "--builder" not in rec.argv:
         return (f"--compression zstd needs a builder that exports zstd layers: this is {info.describe()}, whose buildx "
                 "docker driver cannot; use an engine with the containerd image store (Docker 24+, daemon.json "
                 '{"features": {"containerd-snapshotter": true}}) or a docker-container builder (--builder), or push gzip')
@@ -72,13 +73,13 @@ def zstd_ref(ref: ImageRef) -> ImageRef:
     return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
 
 
-def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path) -> str:
-    """Push the recorded build as host/repo:tag-zstd; returns its digest (checked as described above)."""
-    zref = zstd_ref(ImageRef(host, repo, tag))
+def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, auth: RegistryAuth) -> str:
+    """Push the recorded build as the build tag's -zstd copy; returns its digest (checked as described above)."""
+    zref = zstd_ref(build_ref)
     ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
-    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(host) as af:
-        argv = runner.export_argv(rec["argv"], ZSTD_OUTPUT.format(ref=ref), Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(auth, zref.registry) as af:
+        argv = runner.export_argv(list(rec.argv or ()), ZSTD_OUTPUT.format(ref=ref), Path(tmp))
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         if af:  # buildx pushes with the docker config's credentials
             env["DOCKER_CONFIG"] = str(Path(af).parent)
@@ -93,31 +94,31 @@ def push_zstd(tid: str, rec: dict, host: str, repo: str, tag: str, log_dir: Path
         last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"
         raise RegistryError(msg)
-    reg = Registry(host)
-    m = reg.manifest(repo, digest)
+    reg = Registry(auth)
+    m = reg.manifest(zref.pinned(digest))
     if m is None:
         msg = f"zstd push of {ref} reported {digest}, which the registry does not hold"
         raise RegistryError(msg)
-    zs = reg.config(repo, digest)
-    layers = _layers(reg, repo, m)
+    zs = reg.config(zref.pinned(digest))
+    layers = _layers(reg, zref, m)
     if not layers or not all(mt.endswith("+zstd") for mt in layers):
         msg = f"{zref.at(digest)}: not every layer is zstd ({sorted(set(layers))})"
         raise RegistryError(msg)
-    why = _same_content(engine.client().images.get(rec["image_id"]).attrs, zs)
+    why = _same_content(engine.client().images.get(rec.image_id).attrs, zs)
     if why:
         msg = f"{zref.at(digest)}: {why} (the checkout changed since the build? rebuild, validate, push again)"
         raise RegistryError(msg)
     return digest
 
 
-def _layers(reg: Registry, repo: str, m) -> list[str]:
+def _layers(reg: Registry, ref: ImageRef, m) -> list[str]:
     """The layer media types of the image manifest (an index's linux manifest)."""
     doc = json.loads(m.body)
     if "manifests" in doc:
         plat = [d for d in doc["manifests"] if d.get("platform", {}).get("os") == "linux"]
         if not plat:
             return []
-        sub = reg.manifest(repo, plat[0]["digest"])
+        sub = reg.manifest(ref.pinned(plat[0]["digest"]))
         doc = json.loads(sub.body) if sub else {}
     return [layer.get("mediaType", "") for layer in doc.get("layers", [])]
 

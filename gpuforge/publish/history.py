@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state import promotions
 from gpuforge.state.promotions import PromotionRecord
 
@@ -55,7 +55,7 @@ class History:
         return None if any(r.phase == "done" and r.id == last.id for r in self.records) else last
 
 
-def _promotion_digests(reg: Registry, repo: str) -> list[str]:
+def _promotion_digests(reg: Registry, repo: ImageRef) -> list[str]:
     """Digests whose attestation manifest holds a promotion statement (the layer annotation cosign writes),
     read cheaply before any signature is verified."""
     out = []
@@ -63,18 +63,18 @@ def _promotion_digests(reg: Registry, repo: str) -> list[str]:
         m = _ATT.match(tag)
         if not m:
             continue
-        man = reg.manifest(repo, tag)
+        man = reg.manifest(repo.with_tag(tag))
         layers = json.loads(man.body).get("layers", []) if man else []
         if any((layer.get("annotations") or {}).get("predicateType") == attest.PROMOTION_TYPE for layer in layers):
             out.append("sha256:" + m[1])
     return out
 
 
-def all_records(reg: Registry, repo: str, verifier: attest.Verifier) -> tuple[list[Entry], list[str]]:
-    """Every verified promotion record in the repository (any target, any environment)."""
+def all_records(reg: Registry, repo: ImageRef, verifier: attest.Verifier) -> tuple[list[Entry], list[str]]:
+    """Every verified promotion record in the repository `repo` (any target, any environment)."""
     digests = _promotion_digests(reg, repo)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        found = list(pool.map(lambda d: (d, attest.verified_statements(str(ImageRef(reg.host, repo, digest=d)),
+        found = list(pool.map(lambda d: (d, attest.verified_statements(str(repo.pinned(d)),
                                                                         attest.PROMOTION_TYPE, verifier)), digests))
     entries, warnings = [], []
     for digest, statements in found:
@@ -84,14 +84,14 @@ def all_records(reg: Registry, repo: str, verifier: attest.Verifier) -> tuple[li
                 warnings.append(f"a signed promotion statement on {digest[:19]} is not a {promotions.SCHEMA} record; ignored")
             elif rec.digest != digest:
                 warnings.append(f"promotion record {rec.id[:12]} names {rec.digest[:19]} but is attached to {digest[:19]}; ignored")
-            elif rec.repository != ImageRef(reg.host, repo).name:
+            elif rec.repository != repo.name:
                 continue  # copied here with the digest's attestations: another repository's history
             else:
                 entries.append(Entry(rec, s.layer))
     return entries, warnings
 
 
-def load(reg: Registry, repo: str, verifier: attest.Verifier, *, target: str, env: str,
+def load(reg: Registry, repo: ImageRef, verifier: attest.Verifier, *, target: str, env: str,
          found: tuple[list[Entry], list[str]] | None = None) -> History:
     """`found`: all_records() already read (status reads a repository once for every target and environment)."""
     entries, warnings = found if found is not None else all_records(reg, repo, verifier)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gpuforge import options
 from gpuforge.errors import PromotionRefused
+from gpuforge.plan.target import ImageRef
+from gpuforge.state.models import BuildRecord
 from gpuforge.validate import evidence
 
 
@@ -66,10 +67,12 @@ def why_missing(target, attestations: list[dict], *, built_at: str | None = None
     return "; ".join(out)
 
 
-def check(t, *, ref: str, record: dict, verifier) -> None:
+def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool) -> None:
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
-    is missing. Called once from gpuforge.publish.promote.plan for env == prod."""
-    from gpuforge.publish import attest, cve
+    is missing. Called once from gpuforge.publish.promote.plan for env == prod; `require_cve` is the
+    prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
 
     def refuse(why: str) -> None:
         msg = f"{t.id}: promotion refused: {why}; no tag was changed"
@@ -78,14 +81,14 @@ def check(t, *, ref: str, record: dict, verifier) -> None:
     if t.pools:
         preds = [p for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
                  if isinstance(p, dict) and p.get("gpu")]
-        kw = {"built_at": record.get("built_at"), "image_id": record.get("image_id")}
+        kw = {"built_at": record.built_at, "image_id": record.image_id}
         missing = pools_missing(t, preds, **kw)
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
-                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --key cosign.key`)")
-    if options.setting("prod_require_cve"):
-        probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=ref.rsplit("@", 1)[1],
-                           built_at=record.get("built_at"))
+                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --sign-key cosign.key`)")
+    if require_cve:
+        probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=str(ImageRef.parse(ref).digest),
+                           built_at=record.built_at)
         if probs:
             refuse("; ".join(probs))

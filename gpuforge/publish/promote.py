@@ -25,21 +25,17 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import options
 from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import attest, compress, history, prod, transaction
-from gpuforge.publish.registry import Manifest, Registry, credentials
-from gpuforge.state import records
+from gpuforge.publish import compress, history, prod, transaction
+from gpuforge.registry import attest
+from gpuforge.registry.client import Manifest, Registry, RegistryAuth, credentials
+from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import Evidence, PromotionRecord
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence
-
-
-def ref_for(t: Target, registry: str | None) -> ImageRef:
-    """The target's build tag, on `registry` (--registry / GPUFORGE_REGISTRY) when given."""
-    return t.ref.on(registry)
 
 
 def pushed_digest(status: str, tag: str) -> str | None:
@@ -47,12 +43,14 @@ def pushed_digest(status: str, tag: str) -> str | None:
     return m.group(1) if m else None
 
 
-def push_targets(targets: list[Target], *, registry: str | None = None, replace: bool = False,
-                 compression: str = "gzip", progress: str = "auto") -> list[dict]:
+def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth, log_dir: Path,
+                 replace: bool = False, compression: str = "gzip",
+                 progress: str = "auto") -> list[dict]:
+    """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir)."""
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
-    recs = {t.id: records.require(t.id) for t in targets}
+    recs = {t.id: records.require_build(t.id) for t in targets}
     if compression != "gzip":  # refused before anything moves
         for t in targets:
             if why := compress.refusal(recs[t.id], info):
@@ -61,61 +59,73 @@ def push_targets(targets: list[Target], *, registry: str | None = None, replace:
     out = []
     for t in targets:
         rec = recs[t.id]
-        ref = ref_for(t, registry)
-        host, repo, tag = ref.registry, ref.repository, ref.tag
+        ref = t.ref
         try:
-            img = c.images.get(rec["image_id"])
+            img = c.images.get(rec.image_id)
         except docker.errors.ImageNotFound:
-            msg = f"{t.id}: the built image {rec['image_id'][:19]} is gone; rebuild it"
+            msg = f"{t.id}: the built image {rec.image_id[:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        held = Registry(host).manifest(repo, tag)
-        replaced = None
-        if held is not None and not held.holds(rec["image_id"]):
-            if not replace:  # the build tag is a version tag: it names one image
-                msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
-                       f"image {rec['image_id'][:19]}; version tags are immutable: pass --replace to move it (recorded)")
-                raise PromotionRefused(msg)
-            replaced = {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-            print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+        replaced = _build_tag_move(t, ref, rec, Registry(auth), replace=replace)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
-            zdigest = compress.push_zstd(t.id, rec, host, repo, tag, Path(options.setting("log_dir")))
+            zdigest = compress.push_zstd(t.id, rec, ref, log_dir, auth)
             zref = compress.zstd_ref(ref)
-            records.update(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
+            records.update_build(t.id, digest_zstd=zdigest, pushed_ref_zstd=str(zref))
             print(f"gpuforge: pushed {zref.at(zdigest)} (zstd, {info.describe()})", flush=True)
             res["digest_zstd"] = zdigest
         if compression == "zstd":
             out.append(res)
             continue
-        img.tag(ref.name, tag)
-        creds = credentials(host)
-        auth = {"username": creds[0], "password": creds[1]} if creds else None
-        print(f"gpuforge: pushing {ref} ({rec['image_id'][:19]})", flush=True)
-        digest = None
-        try:
-            shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
-            for ev in shown.feed(c.images.push(ref.name, tag, auth_config=auth, stream=True, decode=True)):
-                if "error" in ev:
-                    msg = f"push of {ref} failed: {ev['error']}"
-                    raise RegistryError(msg)
-                # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
-                # "TAG: digest: sha256:... size: N"
-                digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), tag) or digest
-        except docker.errors.APIError as e:
-            msg = f"push of {ref} failed: {e.explanation or e}"
-            raise RegistryError(msg) from None
-        if not digest:
-            msg = f"push of {ref} reported no digest"
-            raise RegistryError(msg)
-        m = Registry(host).manifest(repo, digest)
-        if m is None or not m.holds(rec["image_id"]):
-            msg = f"{ref}: the registry's {digest} is not image {rec['image_id'][:19]}"
-            raise RegistryError(msg)
-        records.update(t.id, digest=digest, pushed_ref=str(ref),
-                       **({"replaced": [*rec.get("replaced", []), {**replaced, "to": digest}]} if replaced else {}))
+        digest = _push_gzip(c, img, ref, rec, auth, progress)
+        records.update_build(t.id, digest=digest, pushed_ref=str(ref),
+                             **({"replaced": [*(rec.replaced or []), {**replaced, "to": digest}]} if replaced else {}))
         print(f"gpuforge: pushed {ref.at(digest)} (gzip, {info.describe()})", flush=True)
         out.append({**res, "digest": digest})
     return out
+
+
+def _build_tag_move(t: Target, ref: ImageRef, rec: BuildRecord, reg: Registry, *, replace: bool) -> dict | None:
+    """The build tag is a version tag: it names one image. When the registry holds another image there, refuse,
+    or (--replace) return what is moved off, to record."""
+    held = reg.manifest(ref)
+    if held is None or held.holds(rec.image_id):
+        return None
+    repo, tag = ref.repository, ref.tag
+    if not replace:
+        msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
+               f"image {rec.image_id[:19]}; version tags are immutable: pass --replace to move it (recorded)")
+        raise PromotionRefused(msg)
+    print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+    return {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, progress: str) -> str:
+    """Push the image through the engine as `ref`; returns the digest, checked to be this very image on the registry."""
+    img.tag(ref.name, ref.tag)
+    creds = credentials(ref.registry, auth)
+    engine_auth = {"username": creds[0], "password": creds[1]} if creds else None
+    print(f"gpuforge: pushing {ref} ({rec.image_id[:19]})", flush=True)
+    digest = None
+    try:
+        shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
+        for ev in shown.feed(c.images.push(ref.name, ref.tag, auth_config=engine_auth, stream=True, decode=True)):
+            if "error" in ev:
+                msg = f"push of {ref} failed: {ev['error']}"
+                raise RegistryError(msg)
+            # 20.10 sends {"aux": {"Digest"}}; 26.1 with the containerd store only the status line
+            # "TAG: digest: sha256:... size: N"
+            digest = (ev.get("aux") or {}).get("Digest") or pushed_digest(ev.get("status", ""), ref.tag) or digest
+    except docker.errors.APIError as e:
+        msg = f"push of {ref} failed: {e.explanation or e}"
+        raise RegistryError(msg) from None
+    if not digest:
+        msg = f"push of {ref} reported no digest"
+        raise RegistryError(msg)
+    m = Registry(auth).manifest(ref.pinned(digest))
+    if m is None or not m.holds(rec.image_id):
+        msg = f"{ref}: the registry's {digest} is not image {rec.image_id[:19]}"
+        raise RegistryError(msg)
+    return digest
 
 
 def _refuse(t_id: str, why: str) -> None:
@@ -159,7 +169,7 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
         _refuse(who, f"{ref} carries no signed validation attestation that verifies (sign in the validating run: "
-                     f"`gpuforge validate --attest --key KEY {who}` after `gpuforge push`)")
+                     f"`gpuforge validate --attest --sign-key KEY {who}` after `gpuforge push`)")
 
     def check(s: attest.Signed, what: str, gpu: bool) -> None:
         p = s.predicate
@@ -207,12 +217,12 @@ def moving_alias(tag: str) -> bool:
     return tag == "latest" or tag.startswith("latest-")
 
 
-def version_tags_moved(reg: Registry, repo: str, tags: list[str], digest: str) -> dict[str, str]:
+def version_tags_moved(reg: Registry, repo: ImageRef, tags: list[str], digest: str) -> dict[str, str]:
     """The version tags among `tags` that now name another digest (tag -> that digest)."""
     out = {}
     for tg in tags:
         if not moving_alias(tg):
-            held = reg.manifest(repo, tg)
+            held = reg.manifest(repo.with_tag(tg))
             if held is not None and held.digest != digest:
                 out[tg] = held.digest
     return out
@@ -226,38 +236,38 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
     return require_gpu or (env == "prod" and not allow_no_gpu)
 
 
-def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow_no_gpu: bool, replace: bool,
-          verifier) -> tuple[transaction.Move, history.History]:
-    rec = records.require(t.id)
-    if not rec.get("digest"):
+def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
+          allow_no_gpu: bool, replace: bool, verifier, require_cve: bool) -> tuple[transaction.Move, history.History]:
+    rec = records.require_build(t.id)
+    if not rec.digest:
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
-    image_id, digest = rec["image_id"], rec["digest"]
-    ref = ref_for(t, registry)
-    host, repo, tag = ref.registry, ref.repository, ref.tag
-    reg = Registry(host)
-    m = reg.manifest(repo, digest)
+    image_id, digest = rec.image_id, str(rec.digest)
+    ref = t.ref
+    repo, tag = ref.bare(), str(ref.tag)
+    reg = Registry(auth)
+    m = reg.manifest(ref.pinned(digest))
     if m is None:
         _refuse(t.id, f"the registry has no manifest {digest}")
     if not m.holds(image_id):
         _refuse(t.id, f"{digest} holds image {m.config_digest or 'an index'}, not the validated {image_id[:19]}")
-    current = reg.manifest(repo, tag)
+    current = reg.manifest(ref)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
-        _refuse(t.id, f"{repo}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
+        _refuse(t.id, f"{ref.repository}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
     if env == "prod":
-        dev = reg.manifest(repo, f"{tag}-dev")
+        dev = reg.manifest(ref.with_tag(f"{tag}-dev"))
         if dev is None or dev.digest != digest:
-            _refuse(t.id, f"{repo}:{tag}-dev does not point to {digest}; promote to dev first")
+            _refuse(t.id, f"{ref.repository}:{tag}-dev does not point to {digest}; promote to dev first")
     if verifier is None:
         _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     ev = judge(str(ref.pinned(digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
-        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier)
+        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve)
     tags = env_tags(t, tag, env)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:
-        _refuse(t.id, f"version tag(s) {', '.join(f'{repo}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
+        _refuse(t.id, f"version tag(s) {', '.join(f'{ref.repository}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
                       "name another digest; version tags are immutable: pass --replace to move them to this digest "
                       "(recorded in the promotion record)")
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
@@ -266,43 +276,44 @@ def _plan(t: Target, *, env: str, registry: str | None, require_gpu: bool, allow
     return mv, hist
 
 
-def rejudge(reg: Registry, repo: str, verifier, rec: PromotionRecord) -> None:
+def rejudge(reg: Registry, repo: ImageRef, verifier, rec: PromotionRecord) -> None:
     """An interrupted intent is completed only if its evidence still holds (a red run may have come since)."""
-    m = reg.manifest(repo, rec.digest)
+    m = reg.manifest(repo.pinned(rec.digest))
     if m is None:
         _refuse(rec.target, f"the registry has no manifest {rec.digest}")
-    judge(str(ImageRef(reg.host, repo, digest=rec.digest)), m, verifier,
+    judge(str(repo.pinned(rec.digest)), m, verifier,
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 
-def resume(t: Target, *, env: str, registry: str | None, verifier, sign_key: str | None,
+def resume(t: Target, *, env: str, verifier, signer: attest.Signer,
            reports: Path | None) -> PromotionRecord | None:
     """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
     if verifier is None:
         return None  # the plan refuses with the reason
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    reg = Registry(host)
+    repo, reg = t.ref.bare(), Registry(verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
-    return transaction.complete_interrupted(hist, reg, repo, sign_key=sign_key, reports=reports,
+    return transaction.complete_interrupted(hist, reg, repo, signer=signer, reports=reports,
                                             judge=lambda rec: rejudge(reg, repo, verifier, rec))
 
 
-def promote_targets(targets: list[Target], *, env: str, reports: Path | None = None, registry: str | None = None,
-                    require_gpu: bool = False, allow_no_gpu: bool = False, replace: bool = False,
-                    key: str | None = None, sign_key: str | None = None) -> list[dict]:
+def promote_targets(targets: list[Target], *, env: str, records: Records, auth: RegistryAuth,
+                    verifier: attest.Verifier | None, signer: attest.Signer, reports: Path | None = None,
+                    require_gpu: bool = False, allow_no_gpu: bool = False,
+                    replace: bool = False, require_cve: bool = False) -> list[dict]:
+    """Promote each target's pushed digest to `env`; `verifier` checks the evidence (None: refused, saying how to
+    give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict."""
     require_gpu = gpu_rule(env, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu)
-    verifier = attest.Verifier.from_env(key)
     for t in targets:
-        resume(t, env=env, registry=registry, verifier=verifier, sign_key=sign_key, reports=reports)
-    plans = [_plan(t, env=env, registry=registry, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu,
-                   replace=replace, verifier=verifier) for t in targets]
+        resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
+    plans = [_plan(t, records=records, auth=auth, env=env, require_gpu=require_gpu,
+                   allow_no_gpu=allow_no_gpu, replace=replace, verifier=verifier, require_cve=require_cve)
+             for t in targets]
     results = []
     for mv, hist in plans:
         if mv.allow_no_gpu:
             print(f"gpuforge: WARNING: {mv.target} -> prod WITHOUT GPU evidence (--allow-no-gpu); this is recorded "
                   "in the promotion record and history", file=sys.stderr, flush=True)
-        results.append(transaction.execute(mv, hist, sign_key=sign_key, reports=reports))
+        results.append(transaction.execute(mv, hist, signer=signer, reports=reports))
     return results
 
 
@@ -310,5 +321,5 @@ def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
     """Signing a report file is refused: the file can be edited after the run that made it (#18)."""
     ids = " ".join(t.id for t in targets) or "SEL"
     msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "
-           f"validating run signs; run `gpuforge validate --attest --key KEY {ids}` after `gpuforge push`")
+           f"validating run signs; run `gpuforge validate --attest --sign-key KEY {ids}` after `gpuforge push`")
     raise PromotionRefused(msg)

@@ -1,4 +1,4 @@
-"""`gpuforge rollback --env ENV TARGET [--to DIGEST | --steps N]`: point the environment's tags back at a
+"""`gpuforge rollback --env ENV TARGET [--digest DIGEST | --steps N]`: point the environment's tags back at a
 digest that was itself promoted there (the registry's history says so), after verifying its signed evidence
 again. Manifests are copied by digest within the repository: no rebuild, no layer pulled or pushed. The
 rollback is a promotion record of its own (kind rollback), so history shows it."""
@@ -11,8 +11,9 @@ from pathlib import Path
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest, history, promote, transaction
-from gpuforge.publish.registry import Registry
+from gpuforge.publish import history, promote, transaction
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state.promotions import PromotionRecord
 
 
@@ -25,13 +26,13 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
     """The promotion whose digest the rollback restores."""
     if to is not None:
         if not re.fullmatch(r"sha256:[0-9a-f]{12,64}", to):
-            msg = f"--to {to!r}: not a digest (sha256: and at least 12 hex digits)"
+            msg = f"--digest {to!r}: not a digest (sha256: and at least 12 hex digits)"
             raise ConfigError(msg)
         hits = [r for r in done if r.digest.startswith(to)]
         if not hits:
             _refuse(t, f"{to} was never promoted to {done[0].env if done else 'this environment'} (see `gpuforge history`)")
         if len({r.digest for r in hits}) > 1:
-            msg = f"--to {to}: matches more than one promoted digest; give more digits"
+            msg = f"--digest {to}: matches more than one promoted digest; give more digits"
             raise ConfigError(msg)
         return hits[-1]
     n = 1 if steps is None else steps
@@ -44,31 +45,30 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
             runs.append(r)
     if runs and current and runs[-1].digest != current:
         _refuse(t, f"the version tag points at {current[:19]}, which its last promotion record does not name "
-                   f"(moved outside gpuforge?); give --to DIGEST")
+                   f"(moved outside gpuforge?); give --digest DIGEST")
     if len(runs) <= n:
         _refuse(t, f"history has {len(runs)} promoted digest(s); nothing {n} step(s) back")
     return runs[-1 - n]
 
 
-def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry: str | None, key: str | None,
-             sign_key: str | None, allow_no_gpu: bool = False, reports: Path | None = None) -> dict:
+def rollback(t: Target, *, env: str, to: str | None, steps: int | None,
+             verifier: attest.Verifier | None, signer: attest.Signer, allow_no_gpu: bool = False,
+             reports: Path | None = None) -> dict:
     if to is not None and steps is not None:
-        msg = "give --to DIGEST or --steps N, not both"
+        msg = "give --digest DIGEST or --steps N, not both"
         raise ConfigError(msg)
     t0 = time.monotonic()
-    verifier = attest.Verifier.from_env(key)
     if verifier is None:
         _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub or set GPUFORGE_COSIGN_PUBLIC_KEY")
-    promote.resume(t, env=env, registry=registry, verifier=verifier, sign_key=sign_key, reports=reports)
-    pushed = promote.ref_for(t, registry)
-    host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-    reg = Registry(host)
+    promote.resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
+    pushed = t.ref
+    repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
     tags = promote.env_tags(t, tag, env)
     current = transaction.digest_at(reg, repo, tags[0])
     target_rec = choose(t, hist.done(), current, to=to, steps=steps)
     digest = target_rec.digest
-    m = reg.manifest(repo, digest)
+    m = reg.manifest(repo.pinned(digest))
     if m is None:
         _refuse(t, f"the registry no longer holds {digest}")
     require_gpu = env == "prod" and not allow_no_gpu
@@ -78,7 +78,7 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None, registry
                           replaced=list(promote.version_tags_moved(reg, repo, tags, digest)),
                           allow_no_gpu=not require_gpu and env == "prod",
                           evidence=ev, rollback_to_seq=target_rec.seq)
-    res = transaction.execute(mv, hist, sign_key=sign_key, reports=reports)
+    res = transaction.execute(mv, hist, signer=signer, reports=reports)
     res["seconds"] = round(time.monotonic() - t0, 2)
     print(f"gpuforge: rolled {t.id} [{env}] back to {digest} (promotion #{target_rec.seq} of {target_rec.at}) "
           f"in {res['seconds']:.1f} s", flush=True)

@@ -15,29 +15,28 @@ from pathlib import Path
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest, runinfo
-from gpuforge.publish.promote import ref_for
-from gpuforge.publish.registry import Registry
-from gpuforge.state import records
+from gpuforge.publish import runinfo
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
+from gpuforge.state.records import Records
 from gpuforge.validate import pytest_run
 from gpuforge.validate import sbom as cyclonedx
 
 
-def pushed_ref(t: Target, registry: str | None) -> str:
+def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
-    rec = records.require(t.id)
-    if not rec.get("digest"):
+    rec = records.require_build(t.id)
+    if not rec.digest:
         msg = (f"{t.id}: validate --attest signs onto the pushed digest, and {t.id} was never pushed: run "
                f"`gpuforge push {t.id}` first")
         raise PromotionRefused(msg)
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    m = Registry(host).manifest(repo, rec["digest"])
-    if m is None or not m.holds(rec["image_id"]):  # config digest (graphdriver) or the digest itself (containerd)
-        msg = (f"{t.id}: the registry's {rec['digest']} is {'missing' if m is None else 'another image'}, not the "
-               f"built image {rec['image_id'][:19]}; push it again")
+    pushed = t.ref
+    m = Registry(signer.auth).manifest(pushed.pinned(rec.digest))
+    if m is None or not m.holds(rec.image_id):  # config digest (graphdriver) or the digest itself (containerd)
+        msg = (f"{t.id}: the registry's {rec.digest} is {'missing' if m is None else 'another image'}, not the "
+               f"built image {rec.image_id[:19]}; push it again")
         raise RegistryError(msg)
-    return str(pushed.pinned(rec["digest"]))
+    return str(pushed.pinned(rec.digest))
 
 
 def statement(rep: dict, ref: str) -> dict:
@@ -47,28 +46,28 @@ def statement(rep: dict, ref: str) -> dict:
                            "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}}
 
 
-def sign_report(ref: str, rep: dict, *, key: str | None, inventory: dict | None = None, os_name: str = "") -> None:
+def sign_report(ref: str, rep: dict, *, signer: attest.Signer, inventory: dict | None = None, os_name: str = "") -> None:
     """Sign one run's report (and the image's inventory) onto `ref`. The only signing path for evidence."""
-    attest.attest_data(ref, statement(rep, ref), attest.VALIDATION_TYPE, key=key)
+    attest.attest_data(ref, statement(rep, ref), attest.VALIDATION_TYPE, signer=signer)
     if inventory:
-        attest.attest_data(ref, inventory, attest.INVENTORY_TYPE, key=key)
+        attest.attest_data(ref, inventory, attest.INVENTORY_TYPE, signer=signer)
         with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
             cdx = cyclonedx.write(Path(d) / "sbom.cdx.json", target_id=inventory["target"],
                                   image_id=inventory["image_id"], os_name=os_name,
                                   inventory={k: v for k, v in inventory.items() if k not in ("target", "image_id")})
-            attest.attest(ref, cdx, "cyclonedx", key=key)
+            attest.attest(ref, cdx, "cyclonedx", signer=signer)
 
 
-def validate_and_attest(targets: list[Target], *, reports: Path, key: str | None, registry: str | None = None,
-                        pytest_args: str = "", gpu: bool = False, gpu_request: str = "nvidia",
-                        progress_mode: str = "auto") -> int:
-    refs = {t.id: pushed_ref(t, registry) for t in targets}  # every refusal before the first check runs
+def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.Signer, records: Records,
+                        pytest_args: str = "", gpu: bool = False,
+                        gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
+    refs = {t.id: pushed_ref(t, records, signer) for t in targets}  # every refusal before the first check runs
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
-        sign_report(refs[t.id], rep, key=key, inventory=inventory if not gpu else None, os_name=t.os)
+        sign_report(refs[t.id], rep, signer=signer, inventory=inventory if not gpu else None, os_name=t.os)
         verdict = "green" if rep.get("green") else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
               flush=True)
 
-    return pytest_run.validate_targets(targets, reports=reports, pytest_args=pytest_args, gpu=gpu,
+    return pytest_run.validate_targets(targets, reports=reports, records=records, pytest_args=pytest_args, gpu=gpu,
                                        gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)

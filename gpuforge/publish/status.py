@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from gpuforge.errors import ConfigError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import attest, history
-from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary, ref_for
-from gpuforge.publish.registry import Registry
-from gpuforge.state import records
+from gpuforge.plan.target import ImageRef
+from gpuforge.publish import history
+from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
+from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence
 
 ENVS = ("dev", "prod")
 
 
-def _verifier(key: str | None) -> attest.Verifier:
-    v = attest.Verifier.from_env(key)
+def _verifier(v: attest.Verifier | None) -> attest.Verifier:
     if v is None:
         msg = ("status and history read signed records: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER")
@@ -51,33 +54,62 @@ def _record_json(r: PromotionRecord) -> dict:
             "evidence": r.evidence.model_dump(mode="json")}
 
 
-def collect(targets: list[Target], *, envs: tuple[str, ...], registry: str | None, key: str | None) -> list[dict]:
-    verifier = _verifier(key)
-    found: dict[tuple[str, str], tuple] = {}
+def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Verifier | None,
+            records: Records) -> list[dict]:
+    verifier = _verifier(verifier)
+    found: dict[ImageRef, tuple] = {}
     out = []
     for t in targets:
-        pushed = ref_for(t, registry)
-        host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-        reg = Registry(host)
-        if (host, repo) not in found:
-            found[(host, repo)] = history.all_records(reg, repo, verifier)
-        rec = records.get(t.id) or {}
+        pushed = t.ref
+        repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
+        if repo not in found:
+            found[repo] = history.all_records(reg, repo, verifier)
+        rec = records.build(t.id)
         for env in envs:
-            h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[(host, repo)])
-            tags = {tg: (m.digest if (m := reg.manifest(repo, tg)) else None) for tg in env_tags(t, tag, env)}
+            h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[repo])
+            tags = {tg: (m.digest if (m := reg.manifest(repo.with_tag(tg))) else None) for tg in env_tags(t, tag, env)}
             at = tags[f"{tag}-{env}"]
             done = h.done()
             last = next((r for r in reversed(done) if r.digest == at), None)
-            local = rec.get("digest")
             row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at,
                    "promotion": _record_json(last) if last else None,
                    "interrupted": _record_json(i) if (i := h.interrupted()) else None,
                    "evidence": evidence_summary(str(pushed.pinned(at)), verifier) if at else None,
-                   "local": {"digest": local, "image_id": rec.get("image_id"),
-                             "differs": bool(at) and local is not None and local != at} if rec else None,
+                   "local": _local(rec, at),
                    "history_length": len(done), "warnings": h.warnings}
             out.append(row)
     return out
+
+
+def _local(rec: BuildRecord | None, at: str | None) -> dict | None:
+    """This checkout's build of the target: whether the environment holds another digest, what was built how and
+    pushed where, and whether each report file validate wrote still holds what that run observed."""
+    if rec is None:
+        return None
+    reports = {kind: {"path": path, "state": _report_state(Path(path), digest)}
+               for kind, path, digest in (("report", rec.report, rec.report_digest),
+                                          ("gpu_report", rec.gpu_report, rec.gpu_report_digest)) if path}
+    return {"digest": rec.digest, "image_id": rec.image_id, "differs": bool(at) and rec.digest is not None and rec.digest != at,
+            "reports": reports,
+            "build": {"tags": rec.tags, "size": rec.size, "seconds": rec.seconds, "built_at": rec.built_at,
+                      "revision": rec.revision, "recipe": rec.recipe, "driver": rec.driver, "client": rec.client,
+                      "engine": rec.engine, "image_store": rec.image_store, "image_index": rec.image_index,
+                      "extra_ca": rec.extra_ca, "log": rec.log},
+            "pushed": {"ref": rec.pushed_ref, "zstd_digest": rec.digest_zstd, "zstd_ref": rec.pushed_ref_zstd,
+                       "replaced": rec.replaced or []}}
+
+
+def _report_state(path: Path, digest: str | None) -> str:
+    """'as validated' when the file still holds what the validating run wrote, else 'changed since validate',
+    'missing' or 'unreadable'. Only signed statements decide promotion; this tells a reader whether the file beside
+    them is the run's."""
+    try:
+        rep = json.loads(path.read_text())
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError):
+        return "unreadable"
+    return "as validated" if isinstance(rep, dict) and evidence.digest_of(rep) == digest else "changed since validate"
 
 
 def _short(d: str | None) -> str:
@@ -108,6 +140,17 @@ def _text(row: dict) -> list[str]:
     elif row["digest"]:
         lines.append(f"  local build: {'DIFFERS: ' + _short(loc['digest']) if loc['differs'] else 'same digest'}"
                      if loc["digest"] else "  local build: not pushed from this checkout")
+    if loc:
+        b, p = loc["build"], loc["pushed"]
+        lines.append(f"  local record: image {loc['image_id'][:19]}{' (an index)' if b['image_index'] else ''}, "
+                     f"{b['size'] / 1e9:.2f} GB, built {b['built_at'] or '?'} in {b['seconds']:.0f} s from git "
+                     f"{(b['revision'] or 'unknown')[:12]} (recipe {b['recipe'] or '?'}) by {b['driver'] or '?'} "
+                     f"({b['client'] or '?'}) on {b['engine'] or '?'} {b['image_store'] or ''}; log {b['log'] or 'none'}")
+        if p["ref"]:
+            moved = f"; --replace moved the build tag {len(p['replaced'])} time(s)" if p["replaced"] else ""
+            zstd = f"; zstd copy {p['zstd_ref']}" if p["zstd_ref"] else ""
+            lines.append(f"  local push: {p['ref']}{zstd}{moved}")
+        lines += [f"  local {kind.replace('_', ' ')}: {r['path']} ({r['state']})" for kind, r in loc["reports"].items()]
     i = row["interrupted"]
     if i:
         lines.append(f"  INTERRUPTED {i['kind']} {i['id'][:12]} at {i['at']}: planned {', '.join(i['moved'])} -> "
@@ -116,8 +159,9 @@ def _text(row: dict) -> list[str]:
     return lines
 
 
-def status(targets: list[Target], *, env: str | None, registry: str | None, key: str | None, as_json: bool) -> int:
-    rows = collect(targets, envs=(env,) if env else ENVS, registry=registry, key=key)
+def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier | None,
+           records: Records, as_json: bool) -> int:
+    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records)
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
@@ -125,11 +169,10 @@ def status(targets: list[Target], *, env: str | None, registry: str | None, key:
     return 0
 
 
-def show_history(t: Target, *, env: str, registry: str | None, key: str | None, as_json: bool) -> int:
-    verifier = _verifier(key)
-    pushed = ref_for(t, registry)
-    host, repo = pushed.registry, pushed.repository
-    h = history.load(Registry(host), repo, verifier, target=t.id, env=env)
+def show_history(t: Target, *, env: str, verifier: attest.Verifier | None, as_json: bool) -> int:
+    verifier = _verifier(verifier)
+    pushed = t.ref
+    h = history.load(Registry(verifier.auth), pushed.bare(), verifier, target=t.id, env=env)
     rows = [_record_json(r) for r in h.records]
     if as_json:
         print(json.dumps({"target": t.id, "env": env, "records": rows, "warnings": h.warnings}, indent=2, sort_keys=True))

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, runinfo
+from gpuforge.publish import runinfo
 from gpuforge.publish.history import Entry, History
-from gpuforge.publish.registry import Registry
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 from gpuforge.state import files
 from gpuforge.state.promotions import Evidence, PromotionRecord
 
@@ -31,7 +32,7 @@ class Move:
     target: str
     env: str
     reg: Registry
-    repo: str
+    repo: ImageRef  # the repository (no tag, no digest)
     digest: str
     tags: list[str]
     kind: str = "promote"
@@ -45,20 +46,20 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def digest_at(reg: Registry, repo: str, tag: str) -> str | None:
-    m = reg.manifest(repo, tag)
+def digest_at(reg: Registry, repo: ImageRef, tag: str) -> str | None:
+    m = reg.manifest(repo.with_tag(tag))
     return m.digest if m else None
 
 
-def _sign(reg: Registry, repo: str, rec: PromotionRecord, key: str | None) -> None:
-    attest.attest_data(str(ImageRef(reg.host, repo, digest=rec.digest)), rec.dump(), attest.PROMOTION_TYPE, key=key)
+def _sign(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> None:
+    attest.attest_data(str(repo.pinned(rec.digest)), rec.dump(), attest.PROMOTION_TYPE, signer=signer)
 
 
-def _copy(reg: Registry, repo: str, digest: str, tag: str) -> None:
-    reg.copy(repo, digest, tag)
+def _copy(reg: Registry, repo: ImageRef, digest: str, tag: str) -> None:
+    reg.copy(repo.pinned(digest), tag)
     got = digest_at(reg, repo, tag)
     if got != digest:
-        msg = f"{repo}:{tag}: registry holds {got or 'nothing'}, expected {digest}"
+        msg = f"{repo.repository}:{tag}: registry holds {got or 'nothing'}, expected {digest}"
         raise RegistryError(msg)
 
 
@@ -83,23 +84,23 @@ def _local_copy(reports: Path | None, rec: PromotionRecord) -> None:
                      json.dumps(rec.dump(), indent=2, sort_keys=True) + "\n", root=reports.parent)
 
 
-def execute(mv: Move, hist: History, *, sign_key: str | None, reports: Path | None = None) -> dict:
+def execute(mv: Move, hist: History, *, signer: attest.Signer, reports: Path | None = None) -> dict:
     prior = {tag: digest_at(mv.reg, mv.repo, tag) for tag in mv.tags}
     to_move = [t for t in mv.tags if prior[t] != mv.digest]
     unchanged = [t for t in mv.tags if t not in to_move]
     result = {"target": mv.target, "env": mv.env, "kind": mv.kind, "digest": mv.digest,
-              "repository": ImageRef(mv.reg.host, mv.repo).name, "moved": [], "unchanged": unchanged,
+              "repository": mv.repo.name, "moved": [], "unchanged": unchanged,
               "prior": prior, "replaced": mv.replaced, "allow_no_gpu": mv.allow_no_gpu}
     if not to_move:
         print(f"gpuforge: {mv.target} -> {mv.env}: every tag already points at {mv.digest}; nothing to do")
         return result
     last = hist.last()
     intent = PromotionRecord(id=uuid.uuid4().hex, phase="intent", kind=mv.kind, target=mv.target, env=mv.env,
-                             repository=ImageRef(mv.reg.host, mv.repo).name, digest=mv.digest, tags=to_move, prior=prior,
+                             repository=mv.repo.name, digest=mv.digest, tags=to_move, prior=prior,
                              replaced=mv.replaced, allow_no_gpu=mv.allow_no_gpu, evidence=mv.evidence,
                              rollback_to_seq=mv.rollback_to_seq, seq=hist.next_seq(),
                              prev=last.ref() if last else None, at=now(), run=runinfo.current())
-    _sign(mv.reg, mv.repo, intent, sign_key)  # before any tag moves: a crash from here on is visible
+    _sign(mv.repo, intent, signer)  # before any tag moves: a crash from here on is visible
     moved: list[str] = []
     for tag in to_move:
         try:
@@ -112,7 +113,7 @@ def execute(mv: Move, hist: History, *, sign_key: str | None, reports: Path | No
     done = intent.model_copy(update={"phase": "done", "moved": moved, "seq": intent.seq + 1, "prev": intent.ref(),
                                      "at": now()})
     try:
-        _sign(mv.reg, mv.repo, done, sign_key)
+        _sign(mv.repo, done, signer)
     except FatalError as e:
         raise _interrupted(intent, moved, [], f"every tag moved, but the done record was not written: {e}") from None
     _local_copy(reports, done)
@@ -122,7 +123,7 @@ def execute(mv: Move, hist: History, *, sign_key: str | None, reports: Path | No
     return {**result, "moved": moved, "id": done.id, "seq": done.seq, "at": done.at}
 
 
-def complete_interrupted(hist: History, reg: Registry, repo: str, *, sign_key: str | None,
+def complete_interrupted(hist: History, reg: Registry, repo: ImageRef, *, signer: attest.Signer,
                          judge: Callable[[PromotionRecord], None], reports: Path | None = None) -> PromotionRecord | None:
     """Finish the interrupted intent at the head of `hist`, if any: judge its evidence again (`judge` raises
     PromotionRefused), move the tags it had not moved, sign its done record. Returns the done record."""
@@ -151,7 +152,7 @@ def complete_interrupted(hist: History, reg: Registry, repo: str, *, sign_key: s
     done = rec.model_copy(update={"phase": "done", "moved": [t for t in rec.tags if t in moved], "resumed": True,
                                   "seq": last.seq + 1 if last else rec.seq + 1, "prev": last.ref() if last else None,
                                   "at": now(), "run": runinfo.current()})
-    _sign(reg, repo, done, sign_key)
+    _sign(repo, done, signer)
     _local_copy(reports, done)
     hist.entries.append(Entry(done, layer=""))  # callers continue from the completed history
     print(f"gpuforge: {rec.target} -> {rec.env}: completed {rec.kind} {rec.id[:12]}: {', '.join(done.moved)} "

@@ -38,7 +38,8 @@ class BuildRecord(BaseModel):
     image_store: str | None = None
     image_index: bool | None = None
     argv: list[str] | None = None
-    # validate: the report files and the digest of what they held when written (promote compares)
+    # validate: the report files and the digest of what they held when written (`status` says whether each file
+    # still holds that; promotion judges only the signed statements on the registry)
     report: str | None = None
     report_digest: str | None = None
     gpu_report: str | None = None

@@ -1,12 +1,16 @@
 """The record of builds (and of what validate and push learnt about each image) that validate, push and
-promote read: $GPUFORGE_STATE_DIR/builds.json (default .gpuforge/), typed by models.BuildRecord.
+promote read: <state dir>/builds.json, typed by models.BuildRecord.
 
-`build(id)` / `require_build(id)` / `update_build(id, ...)` give the typed record. `get`, `require` and
-`update` are the same records as plain dicts (None fields left out) for callers that index them.
+`Records(state_dir)` is that file in one state dir; the CLI makes it once from the state_dir setting and hands
+it to each stage. gpuforge reads and writes typed records: `build(id)` / `require_build(id)` / `update_build(id,
+...)` / `restore_build(id, rec)`. `load`, `get`, `require` and `update` are the same records as plain dicts (None
+fields left out), for readers outside the package (tests, tools) that compare them with JSON;
+tests/unit/state/test_state_records.py checks that no gpuforge module uses them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,85 +26,78 @@ IMAGE_FACTS = ("report", "report_digest", "gpu_report", "gpu_report_digest", "di
 FIX = "delete it (or restore it from a backup) and run `gpuforge build` again"
 
 
-def state_dir() -> Path:
-    return store.state_dir()
-
-
-def path() -> Path:
-    return state_dir() / NAME
-
-
 def _migrate(raw: dict) -> dict:
     """Version 0 (before schema_version): the bare {target id: record} mapping."""
     return {"schema_version": 1, "builds": raw}
 
 
-def load_file() -> BuildsFile:
-    return store.load(NAME, BuildsFile, migrate=_migrate, fix=FIX)
-
-
-def build(target_id: str) -> BuildRecord | None:
-    return load_file().builds.get(target_id)
-
-
-def require_build(target_id: str) -> BuildRecord:
-    rec = build(target_id)
-    if rec is None:
-        msg = f"{target_id} has not been built (no record in {path()}); run `gpuforge build {target_id}` first"
-        raise StateError(msg)
-    return rec
-
-
-def update_build(target_id: str, **fields) -> BuildRecord:
-    """Merge fields into a target's record under the exclusive lock (a new record needs image_id)."""
-    unknown = sorted(set(fields) - set(BuildRecord.model_fields))
-    if unknown:  # a programming error: the record's shape is models.BuildRecord, one home
-        msg = f"unknown build record field(s) {', '.join(unknown)}; add them to gpuforge/state/models.py"
-        raise TypeError(msg)
-    out: list[BuildRecord] = []
-
-    def change(doc: BuildsFile) -> None:
-        old = doc.builds.get(target_id)
-        merged = {**(old.model_dump() if old else {}), **fields}
-        try:
-            doc.builds[target_id] = BuildRecord.model_validate(merged)
-        except ValidationError as e:
-            msg = f"{path()}: refusing to record {target_id}: {store.first_error(e)}"
-            raise StateError(msg) from None
-        out.append(doc.builds[target_id])
-
-    store.update(NAME, BuildsFile, change, migrate=_migrate, fix=FIX)
-    return out[0]
-
-
-def restore_build(target_id: str, rec: BuildRecord | None) -> None:
-    """Put a target's record back as it was (`None`: it had none), e.g. when its tags could not move."""
-    def change(doc: BuildsFile) -> None:
-        if rec is None:
-            doc.builds.pop(target_id, None)
-        else:
-            doc.builds[target_id] = rec
-
-    store.update(NAME, BuildsFile, change, migrate=_migrate, fix=FIX)
-
-
-# --- the same records as dicts ------------------------------------------------------------------------
-
 def _dict(rec: BuildRecord | None) -> dict | None:
     return None if rec is None else rec.model_dump(exclude_none=True)
 
 
-def load() -> dict[str, dict]:
-    return {k: v.model_dump(exclude_none=True) for k, v in load_file().builds.items()}
+@dataclass(frozen=True)
+class Records:
+    """builds.json in `state_dir` (the state_dir setting: GPUFORGE_STATE_DIR, else .gpuforge)."""
 
+    state_dir: Path
 
-def get(target_id: str) -> dict | None:
-    return _dict(build(target_id))
+    def path(self) -> Path:
+        return self.state_dir / NAME
 
+    def load_file(self) -> BuildsFile:
+        return store.load(self.state_dir, NAME, BuildsFile, migrate=_migrate, fix=FIX)
 
-def require(target_id: str) -> dict:
-    return require_build(target_id).model_dump(exclude_none=True)
+    def build(self, target_id: str) -> BuildRecord | None:
+        return self.load_file().builds.get(target_id)
 
+    def require_build(self, target_id: str) -> BuildRecord:
+        rec = self.build(target_id)
+        if rec is None:
+            msg = f"{target_id} has not been built (no record in {self.path()}); run `gpuforge build {target_id}` first"
+            raise StateError(msg)
+        return rec
 
-def update(target_id: str, **fields) -> dict:
-    return update_build(target_id, **fields).model_dump(exclude_none=True)
+    def update_build(self, target_id: str, **fields) -> BuildRecord:
+        """Merge fields into a target's record under the exclusive lock (a new record needs image_id)."""
+        unknown = sorted(set(fields) - set(BuildRecord.model_fields))
+        if unknown:  # a programming error: the record's shape is models.BuildRecord, one home
+            msg = f"unknown build record field(s) {', '.join(unknown)}; add them to gpuforge/state/models.py"
+            raise TypeError(msg)
+        out: list[BuildRecord] = []
+
+        def change(doc: BuildsFile) -> None:
+            old = doc.builds.get(target_id)
+            merged = {**(old.model_dump() if old else {}), **fields}
+            try:
+                doc.builds[target_id] = BuildRecord.model_validate(merged)
+            except ValidationError as e:
+                msg = f"{self.path()}: refusing to record {target_id}: {store.first_error(e)}"
+                raise StateError(msg) from None
+            out.append(doc.builds[target_id])
+
+        store.update(self.state_dir, NAME, BuildsFile, change, migrate=_migrate, fix=FIX)
+        return out[0]
+
+    def restore_build(self, target_id: str, rec: BuildRecord | None) -> None:
+        """Put a target's record back as it was (`None`: it had none), e.g. when its tags could not move."""
+        def change(doc: BuildsFile) -> None:
+            if rec is None:
+                doc.builds.pop(target_id, None)
+            else:
+                doc.builds[target_id] = rec
+
+        store.update(self.state_dir, NAME, BuildsFile, change, migrate=_migrate, fix=FIX)
+
+    # --- the same records as dicts ---------------------------------------------------------------------
+
+    def load(self) -> dict[str, dict]:
+        return {k: v.model_dump(exclude_none=True) for k, v in self.load_file().builds.items()}
+
+    def get(self, target_id: str) -> dict | None:
+        return _dict(self.build(target_id))
+
+    def require(self, target_id: str) -> dict:
+        return self.require_build(target_id).model_dump(exclude_none=True)
+
+    def update(self, target_id: str, **fields) -> dict:
+        return self.update_build(target_id, **fields).model_dump(exclude_none=True)

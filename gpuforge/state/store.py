@@ -21,15 +21,8 @@ from gpuforge.state.models import SCHEMA_VERSION
 M = TypeVar("M", bound=BaseModel)
 
 
-def state_dir() -> Path:
-    """The state_dir setting (GPUFORGE_STATE_DIR, else .gpuforge); the folder itself must not be a symlink."""
-    from gpuforge import options  # the option table sits above state/ in the tree; read at call time
-
-    return Path(options.setting("state_dir"))
-
-
-def _folder(*, create: bool) -> files.Folder:
-    d = state_dir()
+def _folder(d: Path, *, create: bool) -> files.Folder:
+    """The state dir, given by the caller (the CLI resolves state_dir once); the folder itself must not be a symlink."""
     return files.Folder(d.parent, d.name, create=create)
 
 
@@ -65,10 +58,10 @@ def parse(path: Path, text: str, model: type[M], *, migrate: Callable[[object], 
         raise StateError(msg) from None
 
 
-def load(name: str, model: type[M], *, migrate=None, fix: str) -> M:
+def load(state_dir: Path, name: str, model: type[M], *, migrate=None, fix: str) -> M:
     """The file under the state dir's shared lock (an empty `model` when there is no file yet)."""
     try:
-        d = _folder(create=False)
+        d = _folder(state_dir, create=False)
     except StateError as e:
         if e.errno == 2:  # ENOENT: no state dir yet, nothing recorded
             return model()
@@ -89,10 +82,10 @@ def _decode(path: Path, data: bytes | None, model: type[M], *, migrate, fix: str
     return parse(path, text, model, migrate=migrate, fix=fix)
 
 
-def update(name: str, model: type[M], change: Callable[[M], None], *, migrate=None, fix: str) -> M:
+def update(state_dir: Path, name: str, model: type[M], change: Callable[[M], None], *, migrate=None, fix: str) -> M:
     """Read, change (in place) and write back the file while holding the exclusive lock: two processes
     updating it at once both keep their fields."""
-    with _folder(create=True) as d, d.locked():
+    with _folder(state_dir, create=True) as d, d.locked():
         doc = _decode(d.path / name, d.read_bytes(name), model, migrate=migrate, fix=fix)
         change(doc)
         try:

@@ -147,7 +147,8 @@ def _canon(v):
 
 
 def digest_of(rep: dict) -> str:
-    """sha256 of a report's canonical JSON: recorded at validation, compared before promotion (and with
+    """sha256 of a report's canonical JSON: recorded at validation, so `status` can say whether a report file still
+    holds what the run wrote (promotion judges only signed statements; compare also with
     the signed predicate on the registry)."""
     text = json.dumps(_canon(rep), sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

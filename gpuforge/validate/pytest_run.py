@@ -31,7 +31,8 @@ from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, ValidationFailed
 from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
-from gpuforge.state import files, records
+from gpuforge.state import files
+from gpuforge.state.records import Records
 from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
 
@@ -88,7 +89,7 @@ def die_with_parent(parent: int):
 
 
 def _revision() -> str:
-    from gpuforge.build.runner import git_revision  # the checkout that ran the validators
+    from gpuforge.builder.runner import git_revision  # the checkout that ran the validators
 
     return git_revision()
 
@@ -125,21 +126,14 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
     return out
 
 
-def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str = "", gpu: bool = False,
+def validate_targets(targets: list[Target], *, reports: Path, records: Records, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto",
                      on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
     made): what `validate --attest` signs is what the run observed, not a file someone can edit first."""
     c = engine.client()
-    # one line, before any check runs: validators pointed elsewhere, an image gpuforge did not build for the
-    # target, no way to give a container a GPU
-    preflight.require_own_options(pytest_args)
-    for t in targets:
-        preflight.require_gpuforge_image(t.id, records.require(t.id)["image_id"])
-    if gpu:
-        gpu_args(gpu_request)
-        preflight.require_engine_gpu(records.require(targets[0].id)["image_id"], gpu_request)
+    _preflight(targets, records, pytest_args, gpu=gpu, gpu_request=gpu_request)
     failed: list[str] = []
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = _revision()
@@ -173,40 +167,65 @@ def validate_targets(targets: list[Target], *, reports: Path, pytest_args: str =
                 continue
             rep = report.finish(raw, required=required, gpu=gpu, revision=revision)
             md = report.markdown(rep)
-            outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode(),
-                       "target.json": tj.read_bytes()}
-            if (own / "report.xml").exists():
-                outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
-            sbom = rep.get("facts", {}).get("sbom")
-            if sbom:  # the image's package manifest, bound to the image id like the report
-                outputs["sbom.json"] = (json.dumps({"target": t.id, "image_id": rec.image_id, **sbom}, indent=2,
-                                                   sort_keys=True) + "\n").encode()
-                outputs["sbom.cdx.json"] = cyclonedx.to_json(cyclonedx.bom(
-                    target_id=t.id, image_id=rec.image_id, os_name=t.os, inventory=sbom)).encode()
+            outputs, inventory = _report_set(t, rec.image_id, rep, md, rpath, tj, own)
             kind = "gpu_report" if gpu else "report"
-            inventory = {"target": t.id, "image_id": rec.image_id, **sbom} if sbom else None
             try:
                 if on_report:  # validate --attest: signs the report as this process holds it, before any copy
                     on_report(t, rep, inventory)
             finally:  # a refusal to sign still leaves the reports for reading
                 with out.locked():  # the set and its recorded digest change together
                     out.write_set(outputs)
-                    # the report's digest: promote refuses a report file changed after this point
+                    # the report's digest: `status` says whether the file still holds what this run wrote
                     records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
         print(md)
         report.summarize(md)
-        if rc == 0 and rep["evidence"]["partial"]:
-            print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
-                  "fine for debugging, never promotable", file=sys.stderr)
-        elif rc == 0 and not rep["green"]:  # every check ran, yet not evidence (e.g. a skip off the reviewed list)
-            print(f"gpuforge: {t.id}: not evidence: {'; '.join(rep['problems'])}", file=sys.stderr)
-            failed.append(t.id)
-        if rc != 0:
+        if not _passed(t, rc, rep):
             failed.append(t.id)
     if failed:
         msg = f"validation failed for {', '.join(failed)} (reports under {reports})"
         raise ValidationFailed(msg)
     return 0
+
+
+def _preflight(targets: list[Target], records: Records, pytest_args: str, *, gpu: bool, gpu_request: str) -> None:
+    """One line, before any check runs: validators pointed elsewhere, an image gpuforge did not build for the
+    target, no way to give a container a GPU."""
+    preflight.require_own_options(pytest_args)
+    for t in targets:
+        preflight.require_gpuforge_image(t.id, records.require_build(t.id).image_id)
+    if gpu:
+        gpu_args(gpu_request)
+        preflight.require_engine_gpu(records.require_build(targets[0].id).image_id, gpu_request)
+
+
+def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: Path,
+                own: Path) -> tuple[dict[str, bytes], dict | None]:
+    """(the files of the report set, the image's inventory): report JSON and Markdown, target.json, the JUnit XML
+    the child wrote, and the image's package manifest (bound to the image id like the report) when it gave one."""
+    outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode(),
+               "target.json": tj.read_bytes()}
+    if (own / "report.xml").exists():
+        outputs[rpath.with_suffix(".xml").name] = (own / "report.xml").read_bytes()
+    sbom = rep.get("facts", {}).get("sbom")
+    if not sbom:
+        return outputs, None
+    outputs["sbom.json"] = (json.dumps({"target": t.id, "image_id": image_id, **sbom}, indent=2,
+                                       sort_keys=True) + "\n").encode()
+    outputs["sbom.cdx.json"] = cyclonedx.to_json(cyclonedx.bom(
+        target_id=t.id, image_id=image_id, os_name=t.os, inventory=sbom)).encode()
+    return outputs, {"target": t.id, "image_id": image_id, **sbom}
+
+
+def _passed(t: Target, rc: int, rep: dict) -> bool:
+    """Whether the run counts as passed; a partial run passes (for debugging, never promotable: said), a run whose
+    checks all passed yet is not evidence (e.g. a skip off the reviewed list) fails, saying why."""
+    if rc == 0 and rep["evidence"]["partial"]:
+        print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
+              "fine for debugging, never promotable", file=sys.stderr)
+    elif rc == 0 and not rep["green"]:
+        print(f"gpuforge: {t.id}: not evidence: {'; '.join(rep['problems'])}", file=sys.stderr)
+        return False
+    return rc == 0
 
 
 def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,

@@ -154,13 +154,35 @@ def _date(rep: dict) -> str:
 
 
 def markdown(rep: dict) -> str:
+    """report.md, for a person: the verdict and the run's facts, then what was proven, what failed, what skipped
+    and why, what was not checked, and every check in a collapsed table."""
+    checks = rep.get("checks", [])
+    ev = rep.get("evidence") or {}
+    lines = _head(rep)
+    probs = rep.get("problems") if ev else None
+    if probs:
+        lines += ["**Why it is not evidence:**", *[f"- {p}" for p in probs], ""]
+    lines += _proven(checks) + _failed(checks) + _skipped(checks) + _not_checked(rep)
+    lines += ["", "<details><summary>Every check</summary>", "", "| check | result | seconds | note |", "|---|---|---|---|"]
+    for c in checks:
+        note = (c.get("message") or "").replace("\n", " ").replace("|", "\\|")[:160]
+        lines.append(f"| {c['module']}::{c['name']} | {c['outcome']} | {c.get('seconds', 0):.2f} | {note} |")
+    lines += ["", "</details>"]
+    versions = (rep.get("facts") or {}).get("versions")
+    if versions:
+        lines += ["", "versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
+    return "\n".join(lines) + "\n"
+
+
+def _head(rep: dict) -> list[str]:
+    """The title, the verdict, and the run's facts: target, image, gpuforge, date, host, counts."""
     checks = rep.get("checks", [])
     count = collections.Counter(c["outcome"] for c in checks)
     facts, ev, run = rep.get("facts", {}), rep.get("evidence") or {}, rep.get("run") or {}
     image = facts.get("image_id") or rep.get("image") or "none (a host was checked)"
     digests = ", ".join(facts.get("repo_digests") or []) or "not pushed yet"
     required = f" ({len(ev.get('required') or [])} required)" if ev else ""
-    lines = [
+    return [
         f"### gpuforge validation: {rep.get('target')}",
         "",
         f"**Verdict:** {verdict(rep)}",
@@ -175,13 +197,14 @@ def markdown(rep: dict) -> str:
         f"of {len(checks)}{required} in {rep.get('seconds', 0):.1f} s",
         "",
     ]
-    probs = rep.get("problems") if ev else None
-    if probs:
-        lines += ["**Why it is not evidence:**", *[f"- {p}" for p in probs], ""]
+
+
+def _proven(checks: list[dict]) -> list[str]:
+    """What passed, grouped by concern (a validator module's docstring), one sentence per check."""
     by_module: dict[str, list[dict]] = collections.defaultdict(list)
     for c in checks:
         by_module[c["module"]].append(c)
-    lines += ["#### What was proven", ""]
+    lines = ["#### What was proven", ""]
     proven = [(m, cs) for m, cs in by_module.items() if any(c["outcome"] == "passed" for c in cs)]
     for m, cs in proven:
         passed = [c for c in cs if c["outcome"] == "passed"]
@@ -189,40 +212,41 @@ def markdown(rep: dict) -> str:
         lines += [f"  - {sentence(m, c['name'])}" for c in passed]
     if not proven:
         lines.append("- nothing: no check passed")
+    return lines
+
+
+def _failed(checks: list[dict]) -> list[str]:
     failed = [c for c in checks if c["outcome"] == "failed"]
-    if failed:
-        lines += ["", "#### What failed", ""]
-        lines += [f"- {concern(c['module'])}: {sentence(c['module'], c['name'])}: "
-                  f"{' '.join((c.get('message') or '').split())[:200]}" for c in failed]
+    if not failed:
+        return []
+    return ["", "#### What failed", "", *[f"- {concern(c['module'])}: {sentence(c['module'], c['name'])}: "
+                                         f"{' '.join((c.get('message') or '').split())[:200]}" for c in failed]]
+
+
+def _skipped(checks: list[dict]) -> list[str]:
+    """What skipped, counted per reason, with the modules each reason skipped in."""
     skipped = collections.Counter(evidence.skip_reason(c) or "no reason given" for c in checks if c["outcome"] == "skipped")
-    lines += ["", "#### What was skipped, and why", ""]
-    if skipped:
-        for why, n in skipped.most_common():
-            mods = sorted({c["module"] for c in checks if c["outcome"] == "skipped"
-                           and (evidence.skip_reason(c) or "no reason given") == why})
-            lines.append(f"- {n} x {why} ({', '.join(mods)})")
-    else:
-        lines.append("- nothing skipped")
-    lines += ["", "#### What was not checked", ""]
-    not_checked = []
+    lines = ["", "#### What was skipped, and why", ""]
+    for why, n in skipped.most_common():
+        mods = sorted({c["module"] for c in checks if c["outcome"] == "skipped"
+                       and (evidence.skip_reason(c) or "no reason given") == why})
+        lines.append(f"- {n} x {why} ({', '.join(mods)})")
+    return lines if skipped else [*lines, "- nothing skipped"]
+
+
+def _not_checked(rep: dict) -> list[str]:
+    """What the run did not prove: the GPU, required checks not run, deselected ones, or (a host) the image at all."""
+    checks, ev = rep.get("checks", []), rep.get("evidence") or {}
+    out = []
     if ev and evidence.problems(rep, require_gpu=True) and not any(
             c["outcome"] == "passed" and c["module"] == "test_gpu_smoke" for c in checks):
-        not_checked.append("the GPU: no GPU check ran (`gpuforge validate --gpu` on a GPU runner); prod needs one")
+        out.append("the GPU: no GPU check ran (`gpuforge validate --gpu` on a GPU runner); prod needs one")
     if ev.get("missing"):
-        not_checked.append(f"{len(ev['missing'])} required check(s) not run: " + ", ".join(ev["missing"][:10])
-                           + (", ..." if len(ev["missing"]) > 10 else ""))
+        out.append(f"{len(ev['missing'])} required check(s) not run: " + ", ".join(ev["missing"][:10])
+                   + (", ..." if len(ev["missing"]) > 10 else ""))
     deselected = (rep.get("selection") or {}).get("deselected") or []
     if deselected:
-        not_checked.append(f"{len(deselected)} check(s) deselected by the run's arguments")
+        out.append(f"{len(deselected)} check(s) deselected by the run's arguments")
     if not ev:
-        not_checked.append("the image as evidence: a host check has no required set and never promotes")
-    lines += [f"- {n}" for n in not_checked] or ["- nothing: every required check ran"]
-    lines += ["", "<details><summary>Every check</summary>", "", "| check | result | seconds | note |", "|---|---|---|---|"]
-    for c in checks:
-        note = (c.get("message") or "").replace("\n", " ").replace("|", "\\|")[:160]
-        lines.append(f"| {c['module']}::{c['name']} | {c['outcome']} | {c.get('seconds', 0):.2f} | {note} |")
-    lines += ["", "</details>"]
-    versions = facts.get("versions")
-    if versions:
-        lines += ["", "versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
-    return "\n".join(lines) + "\n"
+        out.append("the image as evidence: a host check has no required set and never promotes")
+    return ["", "#### What was not checked", "", *([f"- {n}" for n in out] or ["- nothing: every required check ran"])]

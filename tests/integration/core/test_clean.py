@@ -23,7 +23,7 @@ import pytest
 from second_engine import SecondEngine, StartError
 
 from conftest import ROOT, gpuforge, need
-from gpuforge.build import bases
+from gpuforge.builder import bases
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.plan.matrix import load_matrix

@@ -21,7 +21,7 @@ import pytest
 from second_engine import SecondEngine, StartError
 
 from conftest import ROOT, gpuforge, need
-from gpuforge.build import bases
+from gpuforge.builder import bases
 from gpuforge.plan.matrix import load_matrix
 
 pytestmark = pytest.mark.docker

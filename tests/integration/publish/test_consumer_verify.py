@@ -16,10 +16,11 @@ import tarfile
 
 import docker.errors
 import pytest
+import state_here
 from registries import DOC_REF, LocalRegistry, documented_consumer_command
 
 from conftest import need
-from gpuforge.publish import attest
+from gpuforge.registry import attest
 
 pytestmark = pytest.mark.docker
 
@@ -58,7 +59,8 @@ def test_the_documented_command_verifies_a_key_signed_attestation_without_the_lo
         image_id = docker_engine.images.get(signed).id
         pred = tmp_path / "pred.json"
         pred.write_text(json.dumps({"green": True, "evidence": {"partial": False, "image_id": image_id}}))
-        attest.attest(f"{reg.host}/gpuforge/pytorch@{digest}", pred, attest.VALIDATION_TYPE, key=str(tmp_path / "k.key"))
+        attest.attest(f"{reg.host}/gpuforge/pytorch@{digest}", pred, attest.VALIDATION_TYPE,
+                      signer=state_here.signer(str(tmp_path / "k.key")))
         cmd = documented_consumer_command()
         assert DOC_REF in cmd and "--key cosign.pub " in cmd
         cmd = cmd.replace("--key cosign.pub ", f"--key {tmp_path / 'k.pub'} ")

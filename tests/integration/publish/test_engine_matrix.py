@@ -28,15 +28,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import state_here
 from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trixie_engine
+from state_here import records
 
 from conftest import ROOT, gpuforge, need
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest
-from gpuforge.publish.registry import Registry
-from gpuforge.state import records
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry
 
 # CI runs it (`nox -s tests`); `-m "not heavy"` leaves it out of a local run (docs/ci.md)
 pytestmark = [pytest.mark.docker, pytest.mark.heavy]
@@ -126,21 +127,21 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     host, repo, tag = pushed.registry, pushed.repository, pushed.tag
     digest = rec["digest"]
     assert digest == rec["image_id"], "the containerd store pushes the very manifest/index it names the image by"
-    m = Registry(host).manifest(repo, digest)
+    m = Registry(state_here.auth()).manifest(pushed.pinned(digest))
     assert m is not None and m.digest == digest and m.is_index is (provenance == "default")
     if m.is_index:  # the image manifest plus BuildKit's attestation manifest (platform unknown/unknown)
         plats = [d.get("platform", {}).get("os") for d in json.loads(m.body)["manifests"]]
         assert "linux" in plats and "unknown" in plats, plats
 
     # the validating run signs its result onto the pushed digest (the only signing path)
-    cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--key", keys["key"])
+    cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"])
     [signed] = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
-                                          attest.Verifier(key=keys["pub"]))  # subject == this digest, or none
+                                          state_here.verifier(keys["pub"]))  # subject == this digest, or none
     assert signed["evidence"]["image_id"] == rec["image_id"]
 
-    cli("promote", "--to", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
+    cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
         "--sign-key", keys["key"])
-    dev = Registry(host).manifest(repo, f"{tag}-dev")
+    dev = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-dev"))
     assert dev is not None and dev.digest == digest
     print(f"recorded == pushed == signed == promoted: {digest}")
     if provenance != "default":
@@ -150,9 +151,9 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     rec = record()
     assert rec["digest"] == digest, "the gzip push is the same bytes again"
     zdigest = rec["digest_zstd"]
-    zm = Registry(host).manifest(repo, f"{tag}-zstd")
+    zm = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-zstd"))
     assert zm is not None and zm.digest == zdigest != digest
-    zcfg, gcfg = Registry(host).config(repo, zdigest), Registry(host).config(repo, digest)
+    zcfg, gcfg = Registry(state_here.auth()).config(pushed.pinned(zdigest)), Registry(state_here.auth()).config(pushed.pinned(digest))
     assert zcfg["rootfs"]["diff_ids"] == gcfg["rootfs"]["diff_ids"]  # same files, compressed otherwise
     assert f"{tag}-zstd@{zdigest} (zstd" in out
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one

@@ -19,14 +19,17 @@ import time
 from pathlib import Path
 
 import pytest
+import state_here
 from fleet_reports import gpu_report
 from registries import LocalRegistry
 
 from conftest import ROOT, need
 from gpuforge.cli import main
+from gpuforge.cve import gate as cve
 from gpuforge.errors import PromotionRefused
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import attest, cve, promote, signed_run
+from gpuforge.publish import promote, signed_run
+from gpuforge.registry import attest
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker
@@ -70,12 +73,12 @@ def fleet(validated, tmp_path_factory):
     t = dataclasses.replace(t0, tags=(f"{reg.host}/gpuforge/pytorch:{t0.tag}",), registry=reg.host,
                             repository="gpuforge/pytorch")
     start = time.monotonic()
-    [res] = promote.push_targets([t])
+    [res] = promote.push_targets([t], **state_here.push_kw())
     print(f"\npush of the default image: {time.monotonic() - start:.0f} s")
     ref = f"{reg.host}/gpuforge/pytorch@{res['digest']}"
     # signed as `validate --attest` signs (the only signing path): this image's real non-GPU report and inventory
     out = validated["reports"] / t.id
-    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), key=str(d / "k.key"),
+    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), signer=state_here.signer(str(d / "k.key")),
                            inventory=json.loads((out / "sbom.json").read_text()), os_name=t.os)
     yield {"t": t, "digest": res["digest"], "ref": ref, "key": str(d / "k.key"),
            "matrix": d / "matrix.yaml", "dir": d, "host": reg.host}
@@ -89,7 +92,7 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     rep = gpu_report(base, model=model, driver=driver, count=count, started=time.time(),
                      required=evidence.required_checks(True))
     assert rep["green"], rep["problems"]
-    signed_run.sign_report(fleet["ref"], rep, key=fleet["key"])  # labelled a fixture inside (gpu_report)
+    signed_run.sign_report(fleet["ref"], rep, signer=state_here.signer(fleet["key"]))  # labelled a fixture inside (gpu_report)
 
 
 def _sign_green_cve_verdict(fleet, capsys) -> None:
@@ -104,7 +107,7 @@ def _sign_green_cve_verdict(fleet, capsys) -> None:
     allow.write_text("global:\n" + cve.suggestions(cve.judge([scan], cve.Allowlist())))
     args = ["--matrix", str(fleet["matrix"]), "cve-gate", str(fx / "trivy-default.json"), "--db-metadata", str(meta),
             "--sbom", str(fx / "sbom-default.cdx.json"), "--allowlist", str(allow), "--target", fleet["t"].id,
-            "--output", str(fleet["dir"] / "cve.json"), "--attest", "--key", fleet["key"], "--registry", fleet["host"]]
+            "--output", str(fleet["dir"] / "cve.json"), "--attest", "--sign-key", fleet["key"], "--registry", fleet["host"]]
     assert main(args) == 0, capsys.readouterr()
     assert f"signed the verdict onto {fleet['ref']}" in capsys.readouterr().out
 
@@ -113,19 +116,19 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     t = fleet["t"]
     reports = validated["reports"]
     assert [p.name for p in t.pools] == ["h200", "a100", "l4x2"]
-    promote.promote_targets([t], env="dev", reports=reports, sign_key=fleet["key"])
+    promote.promote_targets([t], env="dev", reports=reports, **state_here.promote_kw(fleet["key"]))
     _attest_pool(fleet, validated, "h200")
     _attest_pool(fleet, validated, "a100")
     with pytest.raises(PromotionRefused) as e:
-        promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
+        promote.promote_targets([t], env="prod", reports=reports, **state_here.promote_kw(fleet["key"]))
     msg = str(e.value)
     assert "pool(s) l4x2 of the fleet" in msg and "l4x2 (L4, sm_89" in msg and "h200," not in msg, msg
     _attest_pool(fleet, validated, "l4x2")
     monkeypatch.setenv("GPUFORGE_PROD_REQUIRE_CVE", "1")
     with pytest.raises(PromotionRefused, match="no signed CVE verdict"):
-        promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
+        promote.promote_targets([t], env="prod", reports=reports, **state_here.promote_kw(fleet["key"]))
     _sign_green_cve_verdict(fleet, capsys)
-    [res] = promote.promote_targets([t], env="prod", reports=reports, sign_key=fleet["key"])
+    [res] = promote.promote_targets([t], env="prod", reports=reports, **state_here.promote_kw(fleet["key"]))
     assert res["digest"] == fleet["digest"] and f"{t.tag}-prod" in res["moved"]
 
     capsys.readouterr()  # what promotion printed
@@ -143,7 +146,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
 
     # release notes of the promoted digest
     out = fleet["dir"] / "notes"
-    assert main([*m, "release-notes", *sel, "--format", "json", "--output", str(out), "--attest",
+    assert main([*m, "release-notes", *sel, "--format", "json", "--output-dir", str(out), "--attest",
                  "--sign-key", fleet["key"]]) == 0
     n = json.loads(capsys.readouterr().out)
     assert n["versions"]["torch"] == "2.7.1+cu126" and n["driver_floor"]["full"] == "560.28.03"
@@ -155,11 +158,11 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     notes_md = (out / t.id / "release-notes.md").read_text()
     assert re.search(r"\*\*CVE verdict\*\*: green", notes_md) and "no previous prod digest" in notes_md
     signed = attest.verified_predicates(fleet["ref"], "https://gpuforge.dev/attestations/release-notes/v1",
-                                        attest.Verifier(key=str(fleet["dir"] / "k.pub")))
+                                        state_here.verifier(str(fleet["dir"] / "k.pub")))
     assert signed and signed[0]["digest"] == fleet["digest"]
 
     # the nightly re-scan's input: the prod digest's signed SBOM, verified, without pulling the image
-    assert main([*m, "prod-sboms", *sel, "--output", str(fleet["dir"] / "rescan")]) == 0
+    assert main([*m, "prod-sboms", *sel, "--output-dir", str(fleet["dir"] / "rescan")]) == 0
     got = fleet["dir"] / "rescan" / t.id
     assert (got / "digest").read_text().strip() == fleet["digest"]
     local = json.loads((validated["reports"] / t.id / "sbom.cdx.json").read_text())

@@ -29,17 +29,20 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+import state_here
 from fleet_reports import newer_gpu_checks_passed
 from registries import DOC_REF, LocalRegistry, documented_consumer_command, free_port
 from second_engine import Registry as RegistryProcess
 from second_engine import checkout_snapshot, matrix_copy
+from state_here import records
 
 from conftest import ROOT, gpuforge, need
-from gpuforge.build import bases
+from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
-from gpuforge.publish import attest, history, promote, rollback, signed_run
-from gpuforge.publish.registry import Registry, auth_file
-from gpuforge.state import records
+from gpuforge.plan.target import ImageRef
+from gpuforge.publish import history, promote, rollback, signed_run
+from gpuforge.registry import attest
+from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker
@@ -100,7 +103,7 @@ def _target(t, registry: str, repo: str):
 
 
 def _promote(t, env: str, cosign_keys, **kw) -> dict:
-    [res] = promote.promote_targets([t], env=env, sign_key=cosign_keys["key"], **kw)
+    [res] = promote.promote_targets([t], env=env, **state_here.promote_kw(cosign_keys["key"], kw.pop("key", None)), **kw)
     return res
 
 
@@ -112,7 +115,7 @@ def _matrix(tmp_path, registry: str, repo: str) -> Path:
 def _carry_evidence(t, digest: str, dst_repo: str) -> None:
     """Copy the digest's signed statements (its `.att` manifest, digest preserved) to another repository."""
     att = "sha256-" + digest.split(":", 1)[1] + ".att"
-    with auth_file(t.registry) as af:
+    with auth_file(state_here.auth(), t.registry) as af:
         subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
                         *(["--authfile", af] if af else []), f"docker://{t.registry}/{t.repository}:{att}",
                         f"docker://{t.registry}/{dst_repo}:{att}"], check=True, capture_output=True)
@@ -126,10 +129,10 @@ def pushed(default_build, auth_registry, cosign_keys, tmp_path_factory):
     _env(mp, cosign_keys)
     t = _target(default_build[0], auth_registry, "gpuforge/pytorch")
     t0 = time.monotonic()
-    [res] = promote.push_targets([t])
+    [res] = promote.push_targets([t], **state_here.push_kw())
     print(f"\npush of the default image: {time.monotonic() - t0:.0f} s")
     reports = tmp_path_factory.mktemp("signed-reports")
-    r = gpuforge("validate", "--attest", "--key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
+    r = gpuforge("validate", "--attest", "--sign-key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
     mp.undo()
     assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
     assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
@@ -168,7 +171,7 @@ def _sign(t, digest: str, rep: dict, cosign_keys) -> None:
     mp = pytest.MonkeyPatch()
     _env(mp, cosign_keys)
     try:
-        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, key=cosign_keys["key"])
+        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, signer=state_here.signer(cosign_keys["key"]))
     finally:
         mp.undo()
 
@@ -190,7 +193,7 @@ def token_pushed(gpu_signed, token_registry, cosign_keys):
     tt = _target(t, token_registry.host, "gpuforge/pytorch")
     att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
     t0 = time.monotonic()
-    with auth_file(t.registry, tt.registry) as af:
+    with auth_file(state_here.auth(), t.registry, tt.registry) as af:
         for src, dst in ((f"{t.repository}@{res['digest']}", f"{tt.repository}:{tt.tag}"),
                          (f"{t.repository}:{att}", f"{tt.repository}:{att}")):
             subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
@@ -211,7 +214,7 @@ def restore_record(default_build):
 
 
 def _digest(registry: str, repo: str, tag: str) -> str | None:
-    m = Registry(registry).manifest(repo, tag)
+    m = Registry(state_here.auth()).manifest(ImageRef(registry, repo, tag))
     return m.digest if m else None
 
 
@@ -236,7 +239,7 @@ def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
     signed statements: an isolated place for tests that sign red statements."""
     t, res = pushed
     tr = _target(t, t.registry, repo)
-    [r] = promote.push_targets([tr])
+    [r] = promote.push_targets([tr], **state_here.push_kw())
     assert r["digest"] == res["digest"]
     if evidence_too:
         _carry_evidence(t, res["digest"], repo)
@@ -246,7 +249,7 @@ def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
 def test_push_records_the_digest_of_the_validated_image(pushed, creds):
     t, res = pushed
     assert records.get(t.id)["digest"] == res["digest"]
-    m = Registry(t.registry).manifest(t.repository, res["digest"])
+    m = Registry(state_here.auth()).manifest(t.ref.pinned(res["digest"]))
     assert m.config_digest == records.get(t.id)["image_id"]
 
 
@@ -254,7 +257,7 @@ def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
     """What the run signed is its report (the local copy is that, byte for byte in content), plus who signed it."""
     t, res = pushed
     ref = f"{t.registry}/{t.repository}@{res['digest']}"
-    [first, *_] = attest.verified_statements(ref, attest.VALIDATION_TYPE, attest.Verifier(key=cosign_keys["pub"]))
+    [first, *_] = attest.verified_statements(ref, attest.VALIDATION_TYPE, state_here.verifier(cosign_keys["pub"]))
     pred = dict(first.predicate)
     run = pred.pop("run")
     local = dict(res["report"])
@@ -269,7 +272,7 @@ def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
 def test_validate_attest_refuses_a_target_not_pushed_there(pushed, creds, cosign_keys, tmp_path):
     t, _ = pushed
     m = _matrix(tmp_path, t.registry, "gpuforge/never-pushed")
-    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path))
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--sign-key", cosign_keys["key"], "--reports", str(tmp_path))
     assert r.returncode == 6, r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and "is missing, not the built image" in r.stderr, r.stderr
     assert "validating" not in r.stdout  # refused before any check ran
@@ -292,7 +295,7 @@ def test_promote_dev_then_prod_moves_exactly_the_validated_digest(gpu_signed, cr
     assert "latest" in prod["moved"] and dev["digest"] == prod["digest"] == res["digest"]
     out = capsys.readouterr()
     assert PASSWORD not in out.out + out.err
-    h = history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id, env="prod")
+    h = history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id, env="prod")
     last = h.last()
     assert last.phase == "done" and last.digest == res["digest"] and not last.allow_no_gpu
     assert last.evidence.gpu_model == "NVIDIA H200" and last.evidence.green
@@ -302,17 +305,17 @@ def test_consumer_verifies_the_promoted_image_with_cosign(gpu_signed, creds, cos
     """What the README tells a consumer to run before pulling: the signed report, green, for these bytes."""
     t, res = gpu_signed
     _promote(t, "dev", cosign_keys)
-    with auth_file(t.registry) as af:
+    with auth_file(state_here.auth(), t.registry) as af:
         r = subprocess.run(["cosign", "verify-attestation", "--key", cosign_keys["pub"], "--type", attest.VALIDATION_TYPE,
                             "--insecure-ignore-tlog=true", "--allow-http-registry", f"{t.registry}/{t.repository}:{t.tag}-dev"],
                            capture_output=True, text=True, env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
     assert r.returncode == 0, r.stderr[-2000:]
     preds = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.VALIDATION_TYPE,
-                                       attest.Verifier(key=cosign_keys["pub"]))
+                                       state_here.verifier(cosign_keys["pub"]))
     assert preds[0]["green"] and not evidence.problems(preds[0])
     assert preds[0]["evidence"]["image_id"] == records.get(t.id)["image_id"]
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
-                                       attest.Verifier(key=cosign_keys["pub"]))
+                                       state_here.verifier(cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
 
 
@@ -320,12 +323,12 @@ def test_the_documented_consumer_command_works_verbatim(pushed, validated, creds
     """The command a consumer copies from the docs, run by bash as written (only the key file and the image
     reference replaced), against the attested image signed with a key and without the transparency log."""
     t, _ = pushed
-    promote.promote_targets([t], env="dev", reports=validated["reports"], sign_key=cosign_keys["key"])
+    promote.promote_targets([t], env="dev", reports=validated["reports"], **state_here.promote_kw(cosign_keys["key"]))
     cmd = documented_consumer_command()
     assert DOC_REF in cmd and "--key cosign.pub " in cmd
     cmd = cmd.replace(DOC_REF, f"{t.registry}/{t.repository}:{t.tag}-dev").replace("--key cosign.pub ",
                                                                                   f"--key {cosign_keys['pub']} ")
-    with auth_file(t.registry) as af:  # what `docker login` leaves for cosign
+    with auth_file(state_here.auth(), t.registry) as af:  # what `docker login` leaves for cosign
         r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300,
                            env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -339,7 +342,7 @@ def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_regist
     for ev in docker_engine.images.push(f"{auth_registry}/gpuforge/unvalidated", "1", stream=True, decode=True,
                                         auth_config={"username": USER, "password": PASSWORD}):
         assert "error" not in ev, ev
-    with auth_file(auth_registry) as af:
+    with auth_file(state_here.auth(), auth_registry) as af:
         r = subprocess.run(["cosign", "verify-attestation", "--key", cosign_keys["pub"], "--type", attest.VALIDATION_TYPE,
                             "--insecure-ignore-tlog=true", "--allow-http-registry", f"{auth_registry}/gpuforge/unvalidated:1"],
                            capture_output=True, text=True, env={**os.environ, "DOCKER_CONFIG": os.path.dirname(af)})
@@ -350,11 +353,11 @@ def test_never_validated_image_has_no_verifiable_attestation(pushed, auth_regist
 def test_promoting_twice_changes_nothing(pushed, creds, cosign_keys):
     t, _ = pushed
     _promote(t, "dev", cosign_keys)
-    n = len(history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id,
+    n = len(history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id,
                          env="dev").records)
     again = _promote(t, "dev", cosign_keys)
     assert again["moved"] == [] and set(again["unchanged"]) == set(_env_tags(t, "dev"))
-    assert len(history.load(Registry(t.registry), t.repository, attest.Verifier(key=cosign_keys["pub"]), target=t.id,
+    assert len(history.load(Registry(state_here.auth()), t.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=t.id,
                             env="dev").records) == n, "a no-op promotion wrote a record"
 
 
@@ -364,17 +367,17 @@ def test_prod_without_gpu_evidence_is_refused_by_default(pushed, creds, cosign_k
     tr, res = _repo_copy(pushed, "gpuforge/nogpu", evidence_too=False)
     _sign(tr, res["digest"], res["report"], cosign_keys)  # the run's own (non-GPU) report, and nothing else
     m = _matrix(tmp_path, tr.registry, "gpuforge/nogpu")
-    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 0, r.stderr[-2000:]
-    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "prod", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 7, r.stderr
     assert r.stderr.count("\n") == 1 and "carries no signed GPU validation" in r.stderr, r.stderr
     assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") is None
-    r = gpuforge("--matrix", str(m), "promote", "--to", "prod", "--allow-no-gpu", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "prod", "--allow-no-gpu", "--sign-key", cosign_keys["key"], "--key", cosign_keys["pub"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "WARNING" in r.stderr and "WITHOUT GPU evidence" in r.stderr
     assert _digest(tr.registry, tr.repository, f"{tr.tag}-prod") == res["digest"]
-    last = history.load(Registry(tr.registry), tr.repository, attest.Verifier(key=cosign_keys["pub"]), target=tr.id, env="prod").last()
+    last = history.load(Registry(state_here.auth()), tr.ref.bare(), state_here.verifier(cosign_keys["pub"]), target=tr.id, env="prod").last()
     assert last.phase == "done" and last.allow_no_gpu
     r = gpuforge("--matrix", str(m), "history", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "WITHOUT GPU evidence" in r.stdout, r.stdout + r.stderr
@@ -399,7 +402,7 @@ def test_forged_report_sequence_is_refused(pushed, creds, cosign_keys, tmp_path,
     assert r.returncode == 7 and "attest of a report file is refused" in r.stderr, r.stderr
     att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
     assert _digest(tr.registry, tr.repository, att) is None, "something was signed"
-    r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--reports", str(reports), "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+    r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--reports", str(reports), "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
     assert r.returncode == 7, r.stderr
     assert r.stderr.count("\n") == 1 and "carries no signed validation attestation" in r.stderr, r.stderr
     assert all(_digest(tr.registry, tr.repository, tag) is None for tag in _env_tags(tr, "dev"))
@@ -425,7 +428,7 @@ def test_a_real_red_run_signed_by_validate_attest_blocks(pushed, creds, cosign_k
     """`validate --attest` signs a red (and partial) run too, and being the newest it blocks the earlier green."""
     tr, _ = _repo_copy(pushed, "gpuforge/redrun")
     m = _matrix(tmp_path, tr.registry, "gpuforge/redrun")
-    r = gpuforge("--matrix", str(m), "validate", "--attest", "--key", cosign_keys["key"], "--reports", str(tmp_path),
+    r = gpuforge("--matrix", str(m), "validate", "--attest", "--sign-key", cosign_keys["key"], "--reports", str(tmp_path),
                  "--pytest-args", "-k test_torch --gpuforge-expect torch=0.0.0")
     assert r.returncode == 5, r.stderr[-2000:]
     assert "signed this run's validation (NOT green)" in r.stdout
@@ -479,12 +482,12 @@ def test_repushed_tag_after_validation_is_refused(pushed, auth_registry, creds, 
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-dev") == res["digest"]
     # and gpuforge's own push will not move the build tag back without --replace
     with pytest.raises(PromotionRefused, match="version tags are immutable: pass --replace"):
-        promote.push_targets([tr])
+        promote.push_targets([tr], **state_here.push_kw())
 
 
 def test_digest_gone_from_the_registry_is_refused(pushed, auth_registry, creds, cosign_keys):
     tr, res = _repo_copy(pushed, "gpuforge/gone", evidence_too=False)
-    with auth_file(auth_registry) as af:
+    with auth_file(state_here.auth(), auth_registry) as af:
         subprocess.run(["skopeo", "delete", "--tls-verify=false", "--authfile", af,
                         f"docker://{auth_registry}/gpuforge/gone@{res['digest']}"], check=True, capture_output=True)
     with pytest.raises(PromotionRefused, match=f"the registry has no manifest {res['digest']}"):
@@ -572,7 +575,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
     try:
         tk = _target(t, reg.host, "gpuforge/pytorch")
         att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
-        with auth_file(t.registry) as af:
+        with auth_file(state_here.auth(), t.registry) as af:
             for src, dst in ((f"{t.repository}@{res['digest']}", f"{tk.repository}:{tk.tag}"),
                              (f"{t.repository}:{att}", f"{tk.repository}:{att}")):
                 subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
@@ -587,7 +590,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         assert len(tags) == 3
         env = {"PATH": f"{wrap}:{os.environ['PATH']}", "GF_COPY_COUNT": str(tmp_path / "count"), "GF_KILL_AT": "3",
                "GF_REGISTRY_PID": str(reg.proc.pid), "GPUFORGE_REGISTRY_USER": "", "GPUFORGE_REGISTRY_PASSWORD": ""}
-        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
+        r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
         assert r.returncode == 6, r.stdout + r.stderr
         line = r.stderr.strip().splitlines()[-1]
         assert f"interrupted: moved {tags[0]}, {tags[1]} to {res['digest'][:19]}, not moved {tags[2]}" in line, line
@@ -598,11 +601,11 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         assert [_digest(reg.host, tk.repository, tg) for tg in tags] == [res["digest"], res["digest"], None]
         r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
         assert r.returncode == 0 and "INTERRUPTED promote" in r.stdout, r.stdout + r.stderr
-        r = gpuforge("--matrix", str(m), "promote", "--to", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
+        r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert "completing the interrupted promote" in r.stderr and f"already moved: {tags[0]}, {tags[1]}" in r.stderr
         assert all(_digest(reg.host, tk.repository, tg) == res["digest"] for tg in tags)
-        h = history.load(Registry(reg.host), tk.repository, attest.Verifier(key=cosign_keys["pub"]), target=tk.id, env="dev")
+        h = history.load(Registry(state_here.auth()), ImageRef(reg.host, tk.repository), state_here.verifier(cosign_keys["pub"]), target=tk.id, env="dev")
         last = h.last()
         assert last.phase == "done" and last.resumed and last.moved == tags and h.interrupted() is None
         assert not h.warnings, h.warnings
@@ -641,8 +644,8 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     # B: another image of the same target
     records.update(t.id, image_id=derived_image)
     with pytest.raises(PromotionRefused, match=r"already holds .* version tags are immutable: pass --replace"):
-        promote.push_targets([tr])
-    [pb] = promote.push_targets([tr], replace=True)
+        promote.push_targets([tr], **state_here.push_kw())
+    [pb] = promote.push_targets([tr], replace=True, **state_here.push_kw())
     b = pb["digest"]
     assert b != a and records.get(t.id)["replaced"][-1]["from"] == a
     _sign(tr, b, _fixture_rep(res["report"], "the default image's run, for the derived image", derived_image), cosign_keys)
@@ -695,11 +698,11 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     _sign(tr, b, red, cosign_keys)
     with pytest.raises(PromotionRefused, match="is not evidence: failed: test_root_login_refused"):
-        rollback.rollback(tr, env="prod", to=b, steps=None, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+        rollback.rollback(tr, env="prod", to=b, steps=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     with pytest.raises(PromotionRefused, match="was never promoted"):
-        rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+        rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     with pytest.raises(ConfigError, match="not both"):
-        rollback.rollback(tr, env="prod", to=a, steps=1, registry=None, key=cosign_keys["pub"], sign_key=cosign_keys["key"])
+        rollback.rollback(tr, env="prod", to=a, steps=1, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
 
 

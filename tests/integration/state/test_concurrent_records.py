@@ -14,8 +14,10 @@ import textwrap
 N = 1500
 
 WRITER = textwrap.dedent("""
-    import sys
-    from gpuforge.state import records
+    import os, sys
+    from pathlib import Path
+    from gpuforge.state.records import Records
+    records = Records(Path(os.environ["GPUFORGE_STATE_DIR"]))
     field, other, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     seen_other = -1
     for i in range(n):
@@ -27,10 +29,11 @@ WRITER = textwrap.dedent("""
 """)
 
 READER = textwrap.dedent("""
-    import json, sys, time
+    import json, os, sys, time
     from pathlib import Path
     from gpuforge.errors import StateError
-    from gpuforge.state import records
+    from gpuforge.state.records import Records
+    records = Records(Path(os.environ["GPUFORGE_STATE_DIR"]))
     raw, stop = Path(sys.argv[1]), Path(sys.argv[2])
     last = {"size": -1, "seconds": -1}
     reads = bad = 0
@@ -61,7 +64,7 @@ READER = textwrap.dedent("""
 """)
 
 IN_PLACE = textwrap.dedent("""
-    import json, sys, time
+    import json, os, sys, time
     from pathlib import Path
     p = Path(sys.argv[1])
     for i in range(int(sys.argv[2])):
@@ -85,7 +88,7 @@ def _reader(state, stop, env):
 
 
 def test_two_writers_and_a_reader_lose_nothing(tmp_path, monkeypatch):
-    from gpuforge.state import records
+    from state_here import records
 
     state, stop = tmp_path / "state", tmp_path / "stop"
     env = _env(state)

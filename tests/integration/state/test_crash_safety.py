@@ -17,6 +17,7 @@ import uuid
 
 import docker.errors
 import pytest
+import state_here
 
 from conftest import REQUIRE, ROOT, gpuforge
 from gpuforge.engine import containers as run
@@ -137,9 +138,10 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
                                                  capsys):
     """An entrypoint-only rebuild (a new image id in seconds) into a read-only state dir: the build's tag
     stays on the old image and the record names it, both as before, and the error is the state dir's."""
-    from gpuforge.build import runner as build
+    from state_here import records
+
+    from gpuforge.builder import runner as build
     from gpuforge.render import dockerfile as render
-    from gpuforge.state import records
 
     t, rec = default_build
     state = tmpfs("state", "size=1m")
@@ -156,7 +158,7 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
     new = None
     try:
         with pytest.raises(StateError) as e:
-            build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
+            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
                                                          log_dir=tmp_path / "logs"))
         assert e.value.return_code == 8 and "read-only file system" in str(e.value) and str(state) in str(e.value)
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not record it, so no tag moved", capsys.readouterr().err)
@@ -175,10 +177,11 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
                                                                   monkeypatch, capsys):
     """The second of two tags is refused by the engine: the first goes back to its old image, the record
     to what it was, and the target fails naming the tag (exit 4), with no tag pointing at an unrecorded image."""
-    from gpuforge.build import runner as build
+    from state_here import records
+
+    from gpuforge.builder import runner as build
     from gpuforge.errors import BuildError
     from gpuforge.render import dockerfile as render
-    from gpuforge.state import records
 
     t, rec = default_build
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
@@ -193,7 +196,7 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
     new = None
     try:
         with pytest.raises(BuildError):
-            build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
+            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
                                                          log_dir=tmp_path / "logs"))
         err = capsys.readouterr().err
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not tag it gpuforge-test/NOT_A_VALID_REPO:x", err)

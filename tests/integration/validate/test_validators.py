@@ -221,7 +221,7 @@ def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path
     not partial, not evidence, and `gpuforge validate` exits 5 naming why."""
     import copy
 
-    from gpuforge.state import records
+    from state_here import records
 
     t, _ = default_build
     before = copy.deepcopy(records.require(t.id))
@@ -313,7 +313,7 @@ def test_build_compares_compat_arch_list_with_the_wheel(default_build):
     (the build would have failed otherwise), and a compat list off by one architecture is caught."""
     import dataclasses
 
-    from gpuforge.build import archcheck
+    from gpuforge.builder import archcheck
 
     t, rec = default_build
     flags = archcheck.wheel_arch_flags(rec["image_id"])

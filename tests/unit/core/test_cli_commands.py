@@ -33,7 +33,7 @@ def test_no_statement_after_a_return(fn):
 TOKENS = ("SIGSTORE_ID_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "GPUFORGE_COSIGN_KEY")
 
 
-@pytest.mark.parametrize("argv", [["promote", "--to", "dev"], ["rollback", "TARGET", "--env", "prod", "--steps", "1"]])
+@pytest.mark.parametrize("argv", [["promote", "--env", "dev"], ["rollback", "TARGET", "--env", "prod", "--steps", "1"]])
 def test_unsignable_records_are_refused_before_any_work(argv, monkeypatch, capsys, tmp_path):
     for k in TOKENS:
         monkeypatch.delenv(k, raising=False)
@@ -44,7 +44,7 @@ def test_unsignable_records_are_refused_before_any_work(argv, monkeypatch, capsy
 
 
 def test_an_oidc_token_in_the_environment_counts_as_a_signer():
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     assert attest.oidc_token_available({"SIGSTORE_ID_TOKEN": "eyJ..."})
     assert attest.oidc_token_available({"ACTIONS_ID_TOKEN_REQUEST_URL": "https://x", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "t"})
@@ -61,7 +61,7 @@ def test_the_refused_attest_command_carries_no_option_rows():
 def test_attest_with_anything_is_refused_with_what_to_run(capsys):
     assert cli.main(["attest", "--gpu", "--key", "cosign.key", "some-target"]) == 7
     err = capsys.readouterr().err
-    assert "run `gpuforge validate --attest --key KEY" in err and err.count("\n") == 1
+    assert "run `gpuforge validate --attest --sign-key KEY" in err and err.count("\n") == 1
 
 
 def test_other_commands_still_refuse_unknown_flags(capsys):

@@ -28,7 +28,7 @@ ROWS = [
     ("validators pointed elsewhere", ["validate", "--pytest-args=--gpuforge-image=debian:12"], {}, None, 2,
      "may not set --gpuforge-image"),
     ("unknown option", ["build", "--no-such-option"], {}, None, 2, "unrecognized arguments: --no-such-option"),
-    ("bad choice", ["promote", "--to", "staging"], {}, None, 2, "--to: 'staging' is not a promotion environment"),
+    ("bad choice", ["promote", "--env", "staging"], {}, None, 2, "--env: 'staging' is not a promotion environment"),
     ("bad progress env", ["validate"], {"GPUFORGE_PROGRESS": "fancy"}, None, 2, "GPUFORGE_PROGRESS: 'fancy' is not a progress style"),
     ("engine gone: clean", ["clean"], DEAD, None, 3, "cannot reach the Docker engine"),
     ("engine gone: build", ["build", "--progress", "plain"], DEAD, None, 3, "cannot reach the Docker engine"),

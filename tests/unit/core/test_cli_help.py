@@ -41,7 +41,7 @@ def test_top_level_help_is_for_users():
     r = gpuforge("--help")
     assert r.returncode == 0
     assert "FatalError" not in r.stdout and "caught once" not in r.stdout
-    assert "gpuforge build" in r.stdout and "gpuforge promote --to dev" in r.stdout
+    assert "gpuforge build" in r.stdout and "gpuforge promote --env dev" in r.stdout
 
 
 def test_exit_codes_are_in_every_help_and_in_the_readme():
@@ -65,6 +65,6 @@ def test_the_consumer_verify_command_is_one_text_and_skips_the_log_it_was_not_wr
     block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert "cosign verify-attestation --key cosign.pub --insecure-ignore-tlog=true" in block
     assert block in (ROOT / "README.md").read_text()
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     assert f"--type {attest.VALIDATION_TYPE}" in block

@@ -18,8 +18,9 @@ from gpuforge import paths
 
 PKG = paths.project_root() / "gpuforge"
 
-# Which stage (folder, or core module) may import which. Stage order: plan < render < build < validate < publish;
-# engine is used by build, validate and publish; state and image are the floor. Core: cli may import anything
+# Which stage (folder, or core module) may import which. Stage order: plan < render < builder < validate < publish <
+# fleet; engine is used by builder, validate and publish; registry (images and signed statements on a registry) sits
+# under the CVE gate (cve), publishing and the fleet's reports; state and image are the floor. Core: cli may import anything
 # (it is the only one); errors and grammar import nothing of gpuforge; options checks values with the grammar (the
 # value grammar and the GPU request choices live on the floor, so no stage sits under the options: no exception).
 FLOOR = {"__init__", "errors", "grammar", "options", "paths"}  # __init__: the version
@@ -36,9 +37,12 @@ ALLOWED: dict[str, set[str]] = {
     "plan": FLOOR | {"image"},
     "render": FLOOR | {"image", "plan", "state"},
     "engine": FLOOR | {"image", "plan", "state"},
-    "build": FLOOR | {"image", "plan", "state", "render", "engine"},
-    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "build"},
-    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "build", "validate"},
+    "builder": FLOOR | {"image", "plan", "state", "render", "engine"},
+    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "builder"},
+    "registry": FLOOR | {"image", "plan", "state"},
+    "cve": FLOOR | {"image", "plan", "state", "registry"},
+    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve"},
+    "fleet": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve", "publish"},
 }
 MODULE_EXCEPTIONS: set[tuple[str, str]] = set()  # none: every edge follows ALLOWED
 ENV_READERS = ("gpuforge.options", "gpuforge.image")
@@ -93,7 +97,7 @@ def stage(module: str) -> str:
 
 def test_the_graph_is_read():
     assert len(MODULES) > 30
-    assert "gpuforge.options" in GRAPH["gpuforge.build.runner"]
+    assert "gpuforge.options" in GRAPH["gpuforge.builder.runner"]
     assert "gpuforge.grammar" in GRAPH["gpuforge.options"]
 
 
@@ -190,7 +194,7 @@ def _env_reads(tree: ast.Module) -> list[tuple[int, str]]:
 def test_only_the_options_module_reads_gpuforge_variables():
     bad = [f"{m}:{line}: reads {var}" for m, tree in MODULES.items()
            if not m.startswith(ENV_READERS) for line, var in _env_reads(tree)]
-    assert not bad, "\n".join(bad) + "\n(declare the setting in gpuforge/options.py's TABLE and use options.setting)"
+    assert not bad, "\n".join(bad) + "\n(declare the setting in gpuforge/options.py's TABLE; the CLI resolves it and passes the value down)"
 
 
 @pytest.mark.parametrize("code", [
@@ -248,3 +252,43 @@ def test_the_architecture_page_shows_the_import_rules():
     assert rules_table() in page, ("docs/architecture.md's import rules are stale: paste the output of "
                                    "`python -c 'import sys; sys.path[:0] = [\"tests/unit/core\", \".\"]; "
                                    "import test_imports; print(test_imports.rules_table())'`")
+
+
+# Resolve once, pass down: the CLI resolves the options of its command once and hands each stage the values (or the
+# small typed objects: Records, RegistryAuth, Signer, Verifier, log_dir) it needs. The global lookup of the options
+# (setting(), current(), for_args(), activate(), use_matrix()) is the CLI's alone, in the package and in what runs
+# beside it (the validator plugin, the in-image programs, the tools).
+LOOKUPS = {"setting", "current", "for_args", "activate", "use_matrix"}
+LOOKUP_OWNERS = {PKG / "options.py", PKG / "cli.py"}
+LOOKUP_ROOTS = ("gpuforge", "validators", "images/programs", "tools")
+
+
+def _lookups(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of each call of an options lookup: `options.setting(...)`, or `setting(...)` imported by name."""
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "gpuforge.options"
+                for a in n.names if a.name in LOOKUPS}
+    out = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        if isinstance(f, ast.Attribute) and f.attr in LOOKUPS and isinstance(f.value, ast.Name) and f.value.id == "options":
+            out.append((n.lineno, f.attr))
+        elif isinstance(f, ast.Name) and f.id in imported:
+            out.append((n.lineno, f.id))
+    return out
+
+
+def test_only_the_cli_looks_the_options_up():
+    root = paths.project_root()
+    bad = [f"{py.relative_to(root)}:{line}: options.{name}()" for top in LOOKUP_ROOTS for py in sorted((root / top).rglob("*.py"))
+           if py not in LOOKUP_OWNERS for line, name in _lookups(ast.parse(py.read_text(), str(py)))]
+    assert not bad, "\n".join(bad) + "\n(resolve it in gpuforge/cli.py and pass the value to the stage's entry point)"
+
+
+@pytest.mark.parametrize("code", ['from gpuforge import options\noptions.setting("x")',
+                                  'from gpuforge.options import setting\nsetting("x")',
+                                  'from gpuforge.options import setting as s\ns("x")',
+                                  'from gpuforge import options\noptions.current()'])
+def test_the_lookup_finder_finds_each_form(code):
+    assert len(_lookups(ast.parse(code))) == 1

@@ -5,13 +5,13 @@ is one line naming its source, exit 2, before any work."""
 from __future__ import annotations
 
 import pytest
+from state_here import records
 
 from conftest import BASE_MATRIX
 from gpuforge import cli, options
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.errors import ConfigError
 from gpuforge.publish import promote
-from gpuforge.state import records
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 EXTRA_CA_ENVS = ("GPUFORGE_EXTRA_CA", *build.HOST_TRUST_ENV)
@@ -120,7 +120,7 @@ def test_a_bad_variable_is_one_line_naming_it(write_matrix, monkeypatch, capsys,
     (["build", "--driver", "kaniko"], "--driver: 'kaniko' is not a build driver"),
     (["build", "-j", "0"], "--jobs: '0' is not a number of parallel builds"),
     (["build", "--progress", "fancy"], "--progress: 'fancy' is not a progress style"),
-    (["promote", "--to", "staging"], "--to: 'staging' is not a promotion environment (allowed: dev, prod)"),
+    (["promote", "--env", "staging"], "--env: 'staging' is not a promotion environment (allowed: dev, prod)"),
     (["push", "--registry", "https://ghcr.io"], "--registry: 'https://ghcr.io': a registry is HOST[:PORT] without a scheme"),
 ])
 def test_a_bad_flag_goes_through_the_same_check(write_matrix, capsys, no_build, argv, line):
@@ -143,7 +143,7 @@ def test_verbose_prints_each_option_with_its_source(write_matrix, monkeypatch, c
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5999")
     monkeypatch.setenv("GPUFORGE_REGISTRY_PASSWORD", "hunter2")
     seen = {}
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: seen.update(registry=registry))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: seen.update(registry=targets[0].registry))
     assert cli.main(["-v", "--matrix", str(m), "push"]) == 0
     err = capsys.readouterr().err
     assert f"gpuforge: option matrix = '{m}' (from --matrix)\n" in err
@@ -178,9 +178,9 @@ def test_a_command_reads_its_options_once(write_matrix, monkeypatch):
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5001")
     got = []
 
-    def push(targets, registry, **_):
+    def push(targets, **_):  # the registry was applied to the targets when they were loaded
         monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5002")
-        got.append((registry, options.setting("registry")))
+        got.append((targets[0].registry, options.setting("registry")))
     monkeypatch.setattr(promote, "push_targets", push)
     assert cli.main(["--matrix", str(write_matrix(BASE_MATRIX)), "push"]) == 0
     assert got == [("127.0.0.1:5001", "127.0.0.1:5001")]

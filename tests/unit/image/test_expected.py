@@ -84,7 +84,7 @@ def test_validate_reads_the_rendered_target_json_and_refuses_a_stale_one(tmp_pat
     (root / "images" / "dist" / t.id).mkdir(parents=True)
     stale = root / "images" / "dist" / t.id / "target.json"
     stale.write_text(json.dumps({**t.expected().as_dict(), "torch": "2.6.0+cu126"}))
-    monkeypatch.setenv("GPUFORGE_ROOT", str(root))
+    paths.use_root(root)  # as the CLI names GPUFORGE_ROOT's checkout (tests/conftest.py names none again after)
     with pytest.raises(Exception, match=r"is stale .*run `gpuforge generate`") as e:
         validate.rendered_target_json(t)
     assert e.value.return_code == 2

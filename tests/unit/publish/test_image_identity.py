@@ -14,8 +14,10 @@ import pytest
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, promote, signed_run
-from gpuforge.publish.registry import Manifest
+from gpuforge.publish import promote, signed_run
+from gpuforge.registry import attest
+from gpuforge.registry.client import Manifest
+from gpuforge.state.models import BuildRecord
 
 CONFIG = "sha256:" + "c0" * 32
 
@@ -34,22 +36,26 @@ INDEX = _manifest({"schemaVersion": 2, "manifests": [{"digest": IMAGE.digest, "p
                                                   (IMAGE, IMAGE.digest),    # containerd store, no provenance
                                                   (INDEX, INDEX.digest)])   # containerd store, provenance
 def test_the_signing_run_accepts_the_pushed_image_on_either_engine(monkeypatch, pushed, image_id):
-    _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
-    assert signed_run.pushed_ref(SimpleNamespace(id="t"), None) == f"127.0.0.1:5000/r@{pushed.digest}"
+    recs = _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
+    assert signed_run.pushed_ref(_target(), recs, attest.Signer()) == f"127.0.0.1:5000/r@{pushed.digest}"
 
 
 @pytest.mark.parametrize(("pushed", "image_id"), [(IMAGE, "sha256:" + "0" * 64), (INDEX, IMAGE.digest),
                                                   (INDEX, CONFIG)])
 def test_the_signing_run_refuses_a_digest_that_is_another_image(monkeypatch, pushed, image_id):
-    _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
+    recs = _registry_holding(monkeypatch, pushed, {"image_id": image_id, "digest": pushed.digest})
     with pytest.raises(RegistryError, match="another image"):
-        signed_run.pushed_ref(SimpleNamespace(id="t"), None)
+        signed_run.pushed_ref(_target(), recs, attest.Signer())
 
 
-def _registry_holding(monkeypatch, m: Manifest, rec: dict) -> None:
-    monkeypatch.setattr(signed_run.records, "require", lambda _tid: rec)
-    monkeypatch.setattr(signed_run, "ref_for", lambda _t, _r: ImageRef.parse("127.0.0.1:5000/r:tag"))
-    monkeypatch.setattr(signed_run.Registry, "manifest", lambda _self, _repo, ref: m if ref == m.digest else None)
+def _target() -> SimpleNamespace:
+    return SimpleNamespace(id="t", ref=ImageRef.parse("127.0.0.1:5000/r:tag"))
+
+
+def _registry_holding(monkeypatch, m: Manifest, rec: dict) -> SimpleNamespace:
+    """A registry holding `m`; returns the build records (holding `rec`) to pass to the signing run."""
+    monkeypatch.setattr(signed_run.Registry, "manifest", lambda _self, ref: m if ref.digest == m.digest else None)
+    return SimpleNamespace(require_build=lambda _tid: BuildRecord(**rec))
 
 
 @pytest.mark.parametrize(("at", "evidence_id", "ok"), [(IMAGE, CONFIG, True), (IMAGE, IMAGE.digest, True),

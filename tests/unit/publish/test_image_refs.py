@@ -8,9 +8,14 @@ import re
 import subprocess
 from types import SimpleNamespace
 
+from state_here import records
+
 from gpuforge import paths
+from gpuforge.cve import gate as cve
+from gpuforge.fleet import support
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, cve, registry, support
+from gpuforge.registry import attest
+from gpuforge.registry import client as registry
 
 D = "sha256:" + "d" * 64
 
@@ -32,9 +37,10 @@ def _target(ref: str):
 
 def test_the_cve_verdict_is_signed_onto_the_reference_by_digest(tmp_path, monkeypatch):
     signed = []
-    monkeypatch.setattr(attest, "attest", lambda ref, path, type_uri, key: signed.append(ref))
-    cve._sign(_target("gpuforge/pytorch:pt271"), tmp_path / "v.json", None, None, D)
-    cve._sign(_target("127.0.0.1:5000/gpuforge/pytorch:pt271"), tmp_path / "v.json", None, "reg.example:5443", D)
+    monkeypatch.setattr(attest, "attest", lambda ref, path, type_uri, signer: signed.append(ref))
+    cve._sign(_target("gpuforge/pytorch:pt271"), tmp_path / "v.json", None, D)
+    moved = SimpleNamespace(id="t", ref=ImageRef.parse("127.0.0.1:5000/gpuforge/pytorch:pt271").on("reg.example:5443"))
+    cve._sign(moved, tmp_path / "v.json", None, D)  # --registry, applied to the target when it was loaded
     assert signed == [f"gpuforge/pytorch@{D}", f"reg.example:5443/gpuforge/pytorch@{D}"]
 
 
@@ -42,7 +48,8 @@ def test_release_evidence_is_read_from_the_reference_by_digest(monkeypatch, tmp_
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
     read = set()
     monkeypatch.setattr(attest, "verified_predicates", lambda ref, type_uri, verifier: read.add(ref) or [])
-    support.collect(_target("gpuforge/pytorch:pt271"), registry=None, verifier=None, digest=D)
+    support.collect(_target("gpuforge/pytorch:pt271"), verifier=attest.Verifier(), records=records.here(),
+                    digest=D)
     assert read == {f"gpuforge/pytorch@{D}"}
 
 
@@ -53,11 +60,11 @@ def test_skopeo_is_given_the_reference_imageref_writes(monkeypatch):
         argv.append(args[-1])
         return subprocess.CompletedProcess(args, 0, stdout="{}", stderr="")
     monkeypatch.setattr(registry, "skopeo", skopeo)
-    monkeypatch.setattr(registry, "auth_file", lambda host: __import__("contextlib").nullcontext(None))
+    monkeypatch.setattr(registry, "auth_file", lambda auth, host: __import__("contextlib").nullcontext(None))
     for host in ("127.0.0.1:5000", ""):
-        reg = registry.Registry(host)
-        reg.manifest("gpuforge/pytorch", "pt271")
-        reg.manifest("gpuforge/pytorch", D)
+        reg = registry.Registry(registry.ANONYMOUS)
+        reg.manifest(ImageRef(host, "gpuforge/pytorch", "pt271"))
+        reg.manifest(ImageRef(host, "gpuforge/pytorch", digest=D))
     assert argv == ["docker://127.0.0.1:5000/gpuforge/pytorch:pt271", f"docker://127.0.0.1:5000/gpuforge/pytorch@{D}",
                     "docker://gpuforge/pytorch:pt271", f"docker://gpuforge/pytorch@{D}"]
 

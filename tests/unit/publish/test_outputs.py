@@ -14,9 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from gpuforge.cli import main
+from gpuforge.cve import gate as cve
 from gpuforge.errors import StateError
+from gpuforge.fleet import outdated, support
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import attest, cve, outdated, registry, support
+from gpuforge.registry import attest
+from gpuforge.registry import client as registry
 from gpuforge.state import files
 
 F = Path(__file__).parents[1] / "fixtures" / "cve"
@@ -123,7 +126,7 @@ def test_cve_gate_output_on_a_full_disk_keeps_the_previous_verdict(tmp_path, cap
 
 def test_base_lock_is_written_whole_and_a_symlink_refused(tmp_path, victim, monkeypatch):
     monkeypatch.setattr(outdated, "pulled_bases", lambda targets: ["ubuntu:24.04", "nvidia/cuda:12.6"])
-    monkeypatch.setattr(outdated, "current_digest", lambda ref: DIGEST)
+    monkeypatch.setattr(outdated, "current_digest", lambda ref, auth=None: DIGEST)
     path = tmp_path / outdated.LOCK_NAME
     assert outdated.write_lock([], path) == {"ubuntu:24.04": DIGEST, "nvidia/cuda:12.6": DIGEST}
     assert json.loads(path.read_text()) == {"ubuntu:24.04": DIGEST, "nvidia/cuda:12.6": DIGEST}
@@ -143,11 +146,11 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     asked = []
 
     class Reg:
-        def __init__(self, host):
-            self.host = host
+        def __init__(self, auth):
+            pass
 
-        def manifest(self, repo, tag):
-            asked.append((self.host, repo, tag))
+        def manifest(self, ref):
+            asked.append((ref.registry, ref.repository, ref.tag))
             return SimpleNamespace(digest=DIGEST)
 
     def verified(ref, type_uri, verifier):
@@ -157,7 +160,7 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "Registry", Reg)
     monkeypatch.setattr(attest, "verified_predicates", verified)
     out = tmp_path / "sboms"
-    assert cve.write_prod_sboms([_target()], registry=None, verifier=None, out=out) == [(TARGET, DIGEST)]
+    assert cve.write_prod_sboms([_target()], verifier=attest.Verifier(), out=out) == [(TARGET, DIGEST)]
     assert asked == [("127.0.0.1:5000", "gpuforge/pytorch", "pt271-prod"), f"127.0.0.1:5000/gpuforge/pytorch@{DIGEST}"]
     d = out / TARGET
     assert json.loads((d / "sbom.cdx.json").read_text())["n"] == 1 and (d / "digest").read_text() == DIGEST + "\n"
@@ -165,7 +168,7 @@ def test_prod_sboms_write_sbom_and_digest_as_one_set(tmp_path, monkeypatch):
     (d / "digest").symlink_to(tmp_path / "elsewhere")
     monkeypatch.setattr(attest, "verified_predicates", lambda *a: [{"bomFormat": "CycloneDX", "n": 2}])
     with pytest.raises(StateError, match="is a symlink"):
-        cve.write_prod_sboms([_target()], registry=None, verifier=None, out=out)
+        cve.write_prod_sboms([_target()], verifier=attest.Verifier(), out=out)
     assert json.loads((d / "sbom.cdx.json").read_text())["n"] == 1  # not an SBOM beside another's digest
     assert not (tmp_path / "elsewhere").exists()
 
@@ -178,8 +181,8 @@ def test_release_notes_are_written_as_one_set_and_a_symlink_refused(tmp_path, vi
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def notes():
-        return support.notes_cli(None, [_target()], fmt="json", registry=None, verifier=None, digest=None,
-                                 previous=None, output=str(tmp_path / "notes"))
+        return support.notes_cli(None, [_target()], fmt="json", verifier=None, records=None,
+                                 digest=None, previous=None, output=str(tmp_path / "notes"))
     notes()
     d = tmp_path / "notes" / TARGET
     assert json.loads((d / "release-notes.json").read_text()) == {"digest": DIGEST}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from gpuforge import paths
-from gpuforge.build import runner
+from gpuforge.builder import runner
 from gpuforge.publish import runinfo
 
 
@@ -21,7 +21,7 @@ def _repo(tmp_path):
 
 def test_the_label_and_the_run_block_share_one_rule(tmp_path, monkeypatch):
     head = _repo(tmp_path)
-    monkeypatch.setenv("GPUFORGE_ROOT", str(tmp_path))
+    paths.use_root(tmp_path)  # as the CLI names GPUFORGE_ROOT's checkout (tests/conftest.py names none again after)
     runinfo._git.cache_clear()
     assert paths.checkout_revision() == (head, False) and runner.git_revision() == head and runinfo._git() == (head, False)
     (tmp_path / "images/context/new_program.py").write_text("print('untracked, yet in the build context')\n")

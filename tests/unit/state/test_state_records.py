@@ -8,10 +8,11 @@ import os
 import subprocess
 
 import pytest
+from state_here import records
 
 from gpuforge import cli
 from gpuforge.errors import StateError
-from gpuforge.state import files, records
+from gpuforge.state import files
 
 IMG = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
@@ -71,7 +72,7 @@ def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, mak
 
     state.mkdir()
     make(state / "builds.json")
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: records.require(targets[0].id))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: records.require(targets[0].id))
     rc = cli.main(["push"])
     err = capsys.readouterr().err
     assert rc == 8 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -159,7 +160,7 @@ def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypa
     assert "read-only file system" in _one_line(e.value, mountpoint / "state")
     from gpuforge.publish import promote
 
-    monkeypatch.setattr(promote, "push_targets", lambda targets, registry, **_: records.update(targets[0].id, image_id=OTHER))
+    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: records.update(targets[0].id, image_id=OTHER))
     assert cli.main(["push"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gpuforge: error: {mountpoint / 'state'}") and "read-only" in err, err

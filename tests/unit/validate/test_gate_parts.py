@@ -9,10 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import state_here
 
 from gpuforge.engine import containers as run
 from gpuforge.errors import RegistryError
-from gpuforge.publish import registry
+from gpuforge.registry import client as registry
 
 
 def test_a_live_process_owns_its_containers():
@@ -63,7 +64,7 @@ def test_clean_says_what_it_kept():
 ])
 def test_only_loopback_registries_are_plain_http(host, insecure, monkeypatch):
     monkeypatch.delenv("GPUFORGE_REGISTRY_INSECURE", raising=False)
-    assert registry.insecure(host) is insecure
+    assert registry.insecure(host, registry.ANONYMOUS) is insecure
 
 
 @pytest.mark.parametrize(("stderr", "words"), [
@@ -86,7 +87,7 @@ def test_skopeo_errors_become_one_clear_line(stderr, words):
 def test_env_credentials_go_to_a_private_file_never_argv(monkeypatch):
     monkeypatch.setenv("GPUFORGE_REGISTRY_USER", "u")
     monkeypatch.setenv("GPUFORGE_REGISTRY_PASSWORD", "p4ss")
-    with registry.auth_file("127.0.0.1:5100") as af:
+    with registry.auth_file(state_here.auth(), "127.0.0.1:5100") as af:
         assert af and os.stat(af).st_mode & 0o077 == 0
         assert "127.0.0.1:5100" in open(af).read()
     assert not os.path.exists(af)
@@ -95,7 +96,7 @@ def test_env_credentials_go_to_a_private_file_never_argv(monkeypatch):
 def test_arch_mismatch_names_both_sides():
     import dataclasses
 
-    from gpuforge.build import archcheck
+    from gpuforge.builder import archcheck
     from gpuforge.image import compat
 
     v = compat.variant("2.7.1", "12.6")

@@ -2,9 +2,10 @@
 copy by digest. skopeo does the token dance (a bearer token per scope: pull for reads, pull+push for
 the copy), and reads docker configs with `credsStore`/`credHelpers`; gpuforge only decides what may move.
 
-Credentials: GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD (written to a private temporary auth
-file, never to a command line), else $REGISTRY_AUTH_FILE / $DOCKER_CONFIG/config.json / ~/.docker/config.json
-as skopeo finds them. They are never printed.
+Credentials: a RegistryAuth, which the CLI makes once from the registry_user / registry_password settings
+(GPUFORGE_REGISTRY_USER / GPUFORGE_REGISTRY_PASSWORD; written to a private temporary auth file, never to a command
+line), else $REGISTRY_AUTH_FILE / $DOCKER_CONFIG/config.json / ~/.docker/config.json as skopeo finds them. They are
+never printed.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuforge import options
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
 
@@ -38,11 +38,26 @@ def denied(text: str) -> bool:
     return bool(_DENIED.search(text))
 
 
-def credentials(registry: str) -> tuple[str, str] | None:
-    """GPUFORGE_REGISTRY_USER/PASSWORD, else the docker config's plain `auths` entry (for the engine's push)."""
-    user, pw = options.setting("registry_user"), options.setting("registry_password")
-    if user and pw:
-        return user, pw
+@dataclass(frozen=True)
+class RegistryAuth:
+    """How gpuforge speaks to registries: the registry_user / registry_password / registry_insecure settings,
+    resolved once by the CLI. The default is no credentials of gpuforge's own (the docker config's, if any)."""
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    insecure: bool = False  # plain HTTP / no TLS verification for every registry (loopback ones always are)
+
+    def given(self) -> tuple[str, str] | None:
+        return (self.user, self.password) if self.user and self.password else None
+
+
+ANONYMOUS = RegistryAuth()
+
+
+def credentials(registry: str, auth: RegistryAuth) -> tuple[str, str] | None:
+    """The given user and password, else the docker config's plain `auths` entry (for the engine's push)."""
+    if auth.given():
+        return auth.given()
     cfg = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
         auths = json.loads(cfg.read_text()).get("auths", {})
@@ -56,24 +71,23 @@ def credentials(registry: str) -> tuple[str, str] | None:
     return None
 
 
-def insecure(host: str) -> bool:
-    """Plain HTTP / no TLS verification: loopback registries, or GPUFORGE_REGISTRY_INSECURE=1."""
-    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or options.setting("registry_insecure")
+def insecure(host: str, auth: RegistryAuth) -> bool:
+    """Plain HTTP / no TLS verification: loopback registries, or registry_insecure (GPUFORGE_REGISTRY_INSECURE=1)."""
+    return bool(re.match(r"^(127\.\d+\.\d+\.\d+|localhost)(:\d+)?$", host)) or auth.insecure
 
 
 @contextlib.contextmanager
-def auth_file(*hosts: str) -> Iterator[str | None]:
-    """An auth file for skopeo/cosign: a private temporary one holding the env credentials, else the
+def auth_file(auth: RegistryAuth, *hosts: str) -> Iterator[str | None]:
+    """An auth file for skopeo/cosign: a private temporary one holding the given credentials, else the
     user's own (None: let the tool find it)."""
-    user, pw = options.setting("registry_user"), options.setting("registry_password")
-    if not (user and pw):
+    if not auth.given():
         cfg = os.environ.get("REGISTRY_AUTH_FILE") or (
             str(Path(os.environ["DOCKER_CONFIG"]) / "config.json") if os.environ.get("DOCKER_CONFIG") else None)
         yield cfg if cfg and Path(cfg).exists() else None
         return
     with tempfile.TemporaryDirectory(prefix="gpuforge-auth-") as d:
         p = Path(d) / "config.json"
-        token = base64.b64encode(f"{user}:{pw}".encode()).decode()
+        token = base64.b64encode(f"{auth.user}:{auth.password}".encode()).decode()
         p.touch(mode=0o600)
         p.write_text(json.dumps({"auths": {h: {"auth": token} for h in hosts}}))
         yield str(p)
@@ -126,62 +140,71 @@ class Manifest:
         return image_id in (self.digest, self.config_digest)
 
 
+def _named(ref: ImageRef) -> str:
+    """REPOSITORY@DIGEST or REPOSITORY:TAG, for messages (the host is said apart)."""
+    return ref.repository + (f"@{ref.digest}" if ref.digest else f":{ref.tag}" if ref.tag else "")
+
+
 class Registry:
-    def __init__(self, host: str):
-        self.host = host
-        self.tls = ["--tls-verify=false"] if insecure(host) else []
+    """The registry client: spoken to with `auth`; every call names its image by an ImageRef (the one
+    reference grammar), whose registry says which host is asked."""
 
-    def _docker(self, repo: str, ref: str | None = None) -> str:
-        """skopeo's name for repo, repo:TAG or repo@DIGEST on this registry."""
-        r = ImageRef(self.host, repo)
-        if ref:
-            r = r.at(ref) if ref.startswith("sha256:") else r.with_tag(ref)
-        return f"docker://{r}"
+    def __init__(self, auth: RegistryAuth):
+        self.auth = auth
 
-    def manifest(self, repo: str, ref: str) -> Manifest | None:
+    def _tls(self, ref: ImageRef) -> list[str]:
+        return ["--tls-verify=false"] if insecure(ref.registry, self.auth) else []
+
+    @staticmethod
+    def _docker(ref: ImageRef) -> str:
+        """skopeo's name for the repository, a tag of it or a digest of it (a digest wins over a tag)."""
+        return f"docker://{ref.pinned(ref.digest) if ref.digest else ref}"
+
+    def _skopeo(self, args: list[str], ref: ImageRef, what: str) -> subprocess.CompletedProcess:
+        with auth_file(self.auth, ref.registry) as af:
+            return skopeo([*args[:1], "--retry-times", "2", *(self._tls(ref) if args[0] != "copy" else []),
+                           *(["--authfile", af] if af else []), *args[1:]], what, ref.registry)
+
+    def manifest(self, ref: ImageRef) -> Manifest | None:
         """The manifest a tag or digest names (its raw bytes: the digest is theirs), or None when there is none."""
-        sep = "@" if ref.startswith("sha256:") else ":"
-        with auth_file(self.host) as af:
-            r = skopeo(["inspect", "--raw", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        self._docker(repo, ref)], f"GET {repo}{sep}{ref}", self.host)
+        what = f"GET {_named(ref)}"
+        r = self._skopeo(["inspect", "--raw", self._docker(ref)], ref, what)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return None
-            _fail(r, self.host, f"GET {repo}{sep}{ref}")
+            _fail(r, ref.registry, what)
         body = r.stdout.encode()
         return Manifest(digest="sha256:" + hashlib.sha256(body).hexdigest(), body=body)
 
-    def tags(self, repo: str) -> list[str]:
-        """Every tag of `repo` ([] when the repository does not exist)."""
-        with auth_file(self.host) as af:
-            r = skopeo(["list-tags", "--retry-times", "2", *self.tls, *(["--authfile", af] if af else []),
-                        self._docker(repo)], f"list tags of {repo}", self.host)
+    def tags(self, ref: ImageRef) -> list[str]:
+        """Every tag of `ref`'s repository ([] when the repository does not exist)."""
+        repo = ImageRef(ref.registry, ref.repository)
+        what = f"list tags of {ref.repository}"
+        r = self._skopeo(["list-tags", self._docker(repo)], repo, what)
         if r.returncode != 0:
             if _NOT_FOUND.search(r.stderr) and not _DENIED.search(r.stderr):
                 return []
-            _fail(r, self.host, f"list tags of {repo}")
+            _fail(r, ref.registry, what)
         try:
             return list(json.loads(r.stdout).get("Tags") or [])
         except json.JSONDecodeError:
-            msg = f"registry {self.host}: the tag list of {repo} is not JSON"
+            msg = f"registry {ref.registry}: the tag list of {ref.repository} is not JSON"
             raise RegistryError(msg) from None
-    def config(self, repo: str, digest: str) -> dict:
+
+    def config(self, ref: ImageRef) -> dict:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
-        with auth_file(self.host) as af:
-            r = skopeo(["inspect", "--config", "--raw", "--retry-times", "2", *self.tls,
-                        *(["--authfile", af] if af else []), self._docker(repo, digest)],
-                       f"GET config of {repo}@{digest[:19]}", self.host)
+        what = f"GET config of {ref.repository}@{str(ref.digest)[:19]}"
+        r = self._skopeo(["inspect", "--config", "--raw", self._docker(ref)], ref, what)
         if r.returncode != 0:
-            _fail(r, self.host, f"GET config of {repo}@{digest[:19]}")
+            _fail(r, ref.registry, what)
         return json.loads(r.stdout)
 
-    def copy(self, repo: str, digest: str, tag: str) -> None:
-        """Point repo:tag at the manifest `digest`, bytes unchanged (no layer moves within one repository)."""
-        tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self.tls else []
-        with auth_file(self.host) as af:
-            r = skopeo(["copy", "--all", "--preserve-digests", "--retry-times", "2", *tls,
-                        *(["--authfile", af] if af else []),
-                        self._docker(repo, digest), self._docker(repo, tag)],
-                       f"copy {repo}@{digest[:19]} to :{tag}", self.host)
+    def copy(self, src: ImageRef, tag: str) -> None:
+        """Point `tag` of src's repository at the manifest src's digest names, bytes unchanged (no layer moves
+        within one repository)."""
+        dest = ImageRef(src.registry, src.repository, tag)
+        tls = ["--src-tls-verify=false", "--dest-tls-verify=false"] if self._tls(src) else []
+        r = self._skopeo(["copy", "--all", "--preserve-digests", *tls, self._docker(src), self._docker(dest)], src,
+                         f"copy {src.repository}@{str(src.digest)[:19]} to :{tag}")
         if r.returncode != 0:
-            _fail(r, self.host, f"PUT {repo}:{tag}")
+            _fail(r, src.registry, f"PUT {_named(dest)}")

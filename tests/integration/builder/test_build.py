@@ -9,15 +9,16 @@ import subprocess
 import uuid
 
 import pytest
+import state_here
 from second_engine import checkout_snapshot
+from state_here import records
 
 from conftest import ROOT, ctrl_c_able, gpuforge
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
-from gpuforge.state import records
 
 pytestmark = pytest.mark.docker
 
@@ -85,7 +86,7 @@ def test_entrypoint_only_change_reuses_the_torch_layer(default_build, docker_eng
     with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
         f.write(marker + "\n")
     t2 = dataclasses.replace(t, tags=("gpuforge-test/rebuild:entrypoint",))  # same id: same COPY paths, same cache keys
-    [res] = build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
+    [res] = build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
                                                          log_dir=tmp_path))
     print(f"\nwarm rebuild after an entrypoint-only change: {res.seconds:.1f} s")
     steps = _steps(res.log.read_text())
@@ -114,7 +115,7 @@ def test_failed_target_gets_no_tag_and_others_still_build(default_build, docker_
     base = docker_engine.images.get(t.base_image)
     base.tag("gpuforge-test/broken", "latest")  # an existing tag that a failed build must not move
     with pytest.raises(BuildError, match="1 of 2 target"):
-        build.build_targets([bad, good], build.BuildOptions(context_root=ctx, jobs=2, keep_going=True, progress="plain",
+        build.build_targets([bad, good], build.BuildOptions(**state_here.build_kw(), context_root=ctx, jobs=2, keep_going=True, progress="plain",
                                                             extra_ca=str(test_ca["bundle"]), log_dir=tmp_path / "logs"))
     err = capsys.readouterr().err
     log = tmp_path / "logs" / f"{bad.id}.log"
@@ -186,7 +187,7 @@ def test_cache_flags_on_the_classic_driver_are_refused_not_dropped():
     t = load_matrix().select(None)[0]
     for opts in ({"cache_to": "type=inline"}, {"cache_from": ("type=registry,ref=127.0.0.1:5999/x:y",)}):
         with pytest.raises(ConfigError, match=r"--cache-from/--cache-to need buildx, but the build driver is classic"):
-            build.build_targets([t], build.BuildOptions(driver="classic", **opts))
+            build.build_targets([t], build.BuildOptions(driver="classic", **opts, **state_here.build_kw()))
 
 
 def test_stale_generated_files_block_a_build(tmp_path):
@@ -225,10 +226,12 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
     # a step that is never cached (unique per run) and slow enough to be interrupted
     df.write_text(df.read_text().replace("\nEXPOSE 22 8888", f"\nRUN echo {uuid.uuid4().hex} && sleep 120\nEXPOSE 22 8888"))
     code = (
-        "import dataclasses, sys; from pathlib import Path; from gpuforge.build import runner as build; from gpuforge.plan.matrix import load_matrix\n"
+        "import dataclasses, os, sys; from pathlib import Path; from gpuforge.builder import runner as build; from gpuforge.plan.matrix import load_matrix\n"
+        "from gpuforge.state.records import Records\n"
         "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
         f"build.build_targets([t], build.BuildOptions(context_root=Path({str(ctx)!r}), progress='plain', "
-        f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r})))\n")
+        f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r}), "
+        "records=Records(Path(os.environ['GPUFORGE_STATE_DIR']))))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True, preexec_fn=ctrl_c_able,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / f"{t.id}.log"
@@ -259,7 +262,7 @@ def test_untrusted_proxy_certificate_is_named_in_the_error(default_build, docker
     df = ctx / "images" / "dist" / t.id / "Dockerfile"
     df.write_text(df.read_text().replace("python3 -m venv /opt/venv", f"python3 -m venv /opt/venv && : {uuid.uuid4().hex}", 1))
     with pytest.raises(BuildError):
-        build.build_targets([t2], build.BuildOptions(context_root=ctx, extra_ca=str(only_fresh), progress="plain",
+        build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(only_fresh), progress="plain",
                                                      log_dir=tmp_path / "logs"))
     err = capsys.readouterr().err
     assert "TLS certificate verification failed" in err and "--extra-ca" in err, err[-2000:]

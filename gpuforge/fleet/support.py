@@ -175,18 +175,19 @@ def render_notes(n: dict) -> str:
 
 # --- reading the registry ----------------------------------------------------------------------------------
 
-def collect(t, *, registry: str | None, verifier, digest: str | None = None) -> Evidence:
-    """The verified statements about `t`'s prod digest (or `digest`)."""
-    from gpuforge.publish import attest, cve
-    from gpuforge.publish.registry import Registry
-    from gpuforge.state import records
+def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
+    """The verified statements about `t`'s prod digest (or `digest`); `records` (state.records.Records) gives the
+    build time of a digest pushed from this checkout."""
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
-    pushed = t.ref.on(registry)
+    pushed = t.ref
     if digest is None:
-        m = Registry(pushed.registry).manifest(pushed.repository, f"{pushed.tag}-prod")
+        m = Registry(verifier.auth).manifest(pushed.with_tag(f"{pushed.tag}-prod"))
         digest = m.digest if m else None
-    rec = records.get(t.id) or {}
-    ev = Evidence(target=t, digest=digest, built_at=rec.get("built_at") if rec.get("digest") == digest else None)
+    rec = records.build(t.id) if records else None
+    ev = Evidence(target=t, digest=digest, built_at=rec.built_at if rec and rec.digest == digest else None)
     if digest:
         ref = str(pushed.pinned(digest))
         ev.validation = attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
@@ -203,26 +204,26 @@ def _summary(text: str) -> None:
             f.write(text + "\n")
 
 
-def support_cli(m, targets, *, fmt: str, registry: str | None, verifier) -> str:
+def support_cli(m, targets, *, fmt: str, verifier, records) -> str:
     from gpuforge.plan import fleet
 
     pools = fleet.pools_of(m)
-    text = render_support(support_rows([collect(t, registry=registry, verifier=verifier) for t in targets], pools),
+    text = render_support(support_rows([collect(t, verifier=verifier, records=records) for t in targets], pools),
                           pools, fmt)
     if fmt == "markdown":
         _summary(text)
     return text
 
 
-def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: str | None, previous: str | None,
-              output, sign_key: str | None = None, sign: bool = False) -> str:
+def notes_cli(m, targets, *, fmt: str, verifier, records, digest: str | None,
+              previous: str | None, output, signer=None, sign: bool = False) -> str:
     """Release notes of each target's prod digest (or --digest), against --previous; written under `output`
     (notes.json + notes.md per target), to the step summary, and signed onto the digest with --attest."""
     from pathlib import Path
 
     from gpuforge.errors import ConfigError
     from gpuforge.plan import fleet
-    from gpuforge.publish import attest
+    from gpuforge.registry import attest
 
     for flag, value in (("--digest", digest), ("--previous", previous)):
         if value is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", value):
@@ -231,21 +232,21 @@ def notes_cli(m, targets, *, fmt: str, registry: str | None, verifier, digest: s
     pools = fleet.pools_of(m)
     out = []
     for t in targets:
-        ev = collect(t, registry=registry, verifier=verifier, digest=digest)
+        ev = collect(t, verifier=verifier, records=records, digest=digest)
         if ev.digest is None:
             msg = f"{t.id}: no prod digest to write release notes for (promote it, or pass --digest)"
             raise ConfigError(msg)
-        prev = collect(t, registry=registry, verifier=verifier, digest=previous) if previous else None
+        prev = collect(t, verifier=verifier, records=records, digest=previous) if previous else None
         n = release_notes(ev, pools, previous=prev)
         md = render_notes(n)
         if output:
             d = files.write_outputs(Path(output), {"release-notes.json": json.dumps(n, indent=2, sort_keys=True) + "\n",
                                                    "release-notes.md": md}, below=(t.id,))
             if sign:
-                attest.attest(str(t.ref.on(registry).pinned(ev.digest)), d / "release-notes.json", NOTES_TYPE,
-                              key=sign_key)
+                attest.attest(str(t.ref.pinned(ev.digest)), d / "release-notes.json", NOTES_TYPE,
+                              signer=signer)
         elif sign:
-            msg = "--attest needs --output (the notes file is what is signed)"
+            msg = "--attest needs --output-dir (the notes file is what is signed)"
             raise ConfigError(msg)
         _summary(md)
         out.append(json.dumps(n, indent=2, sort_keys=True) + "\n" if fmt == "json" else md)

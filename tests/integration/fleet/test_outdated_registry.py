@@ -13,7 +13,7 @@ import pytest
 from registries import LocalRegistry
 
 from gpuforge.cli import main
-from gpuforge.publish import outdated
+from gpuforge.fleet import outdated
 
 pytestmark = pytest.mark.docker
 

@@ -9,8 +9,8 @@ import time
 
 from fleet_reports import base_from_h200_run, gpu_report
 
+from gpuforge.fleet import support
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import support
 
 MATRIX = """\
 bases:

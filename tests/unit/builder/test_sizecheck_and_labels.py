@@ -6,8 +6,9 @@ import json
 import subprocess
 
 import pytest
+from state_here import records
 
-from gpuforge.build import runner, sizecheck
+from gpuforge.builder import runner, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError
 from gpuforge.render.labels import BUILD_LABELS, build_labels
@@ -109,8 +110,8 @@ def test_build_labels_are_passed_on_the_command_line(tmp_path):
     t = load_matrix().select(None)[0]
     labels = build_labels(revision="abc", created="2026-01-01T00:00:00Z", source="https://github.com/o/r", recipe="r")
     assert set(labels) == set(BUILD_LABELS)
-    drv = engine.Driver(name="buildx", client="docker", client_version="28")
-    argv = runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(provenance="false"), labels,
+    drv = engine.DRIVERS["buildx"](client="docker", client_version="28")
+    argv = runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(provenance="false", records=records.here(), log_dir=tmp_path), labels,
                              tmp_path / "meta.json")
     assert "org.opencontainers.image.created=2026-01-01T00:00:00Z" in argv and "--provenance=false" in argv
     assert argv[argv.index("--metadata-file") + 1] == str(tmp_path / "meta.json")

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from gpuforge.errors import ConfigError, FatalError
 from gpuforge.image import compat
+from gpuforge.plan.target import ImageRef
 from gpuforge.state import files
 
 LOCK_NAME = "bases.lock"  # beside matrix.yaml: {"reference": "sha256:..."} for every pulled base
@@ -69,12 +70,10 @@ def upstream(targets) -> list[Finding]:
 # --- base images: tags against the lock ---------------------------------------------------------------------
 
 def split_image(ref: str) -> tuple[str, str, str]:
-    """'ubuntu:24.04' -> ('docker.io', 'library/ubuntu', '24.04'); '127.0.0.1:5000/a/b:t' -> (host, 'a/b', 't')."""
-    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first, rest, tag
-    return "docker.io", name if "/" in name else f"library/{name}", tag
+    """'ubuntu:24.04' -> ('docker.io', 'library/ubuntu', '24.04'); '127.0.0.1:5000/a/b:t' -> (host, 'a/b', 't'):
+    ImageRef's parse with Docker's defaults made explicit."""
+    c = ImageRef.parse(ref).canonical()
+    return c.registry, c.repository, str(c.tag)
 
 
 def pulled_bases(targets) -> list[str]:
@@ -102,19 +101,19 @@ def read_lock(path: Path) -> dict[str, str]:
     return data
 
 
-def current_digest(ref: str) -> str | None:
-    from gpuforge.publish.registry import Registry
+def current_digest(ref: str, auth=None) -> str | None:
+    """The digest a base reference names now (read with `auth`, a RegistryAuth; None: no credentials of ours)."""
+    from gpuforge.registry.client import ANONYMOUS, Registry
 
-    host, repo, tag = split_image(ref)
-    m = Registry(host).manifest(repo, tag)
+    m = Registry(auth or ANONYMOUS).manifest(ImageRef.parse(ref).canonical())
     return m.digest if m else None
 
 
-def bases(targets, lock: dict[str, str]) -> list[Finding]:
+def bases(targets, lock: dict[str, str], auth=None) -> list[Finding]:
     out = []
     for ref in pulled_bases(targets):
         try:
-            now = current_digest(ref)
+            now = current_digest(ref, auth)
         except FatalError as e:
             out.append(Finding("unchecked", ref, f"cannot read the tag's digest: {e}"))
             continue
@@ -128,8 +127,8 @@ def bases(targets, lock: dict[str, str]) -> list[Finding]:
     return out
 
 
-def write_lock(targets, path: Path) -> dict[str, str]:
-    lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref))}
+def write_lock(targets, path: Path, auth=None) -> dict[str, str]:
+    lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref, auth))}
     files.write_output(path, json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
 
@@ -169,17 +168,16 @@ def apt_security_output(image: str, os_name: str) -> str:
     return text
 
 
-def security(targets) -> list[Finding]:
-    from gpuforge.state import records
-
+def security(targets, records) -> list[Finding]:
+    """Pending security updates in each target's built image (`records`: state.records.Records, this checkout's)."""
     out = []
     for t in targets:
-        rec = records.get(t.id)
-        if not rec or not rec.get("image_id"):
+        rec = records.build(t.id)
+        if rec is None:
             out.append(Finding("unchecked", t.id, "not built here (no build record): its packages cannot be checked"))
             continue
         try:
-            updates = parse_apt_upgrade(apt_security_output(rec["image_id"], t.os))
+            updates = parse_apt_upgrade(apt_security_output(rec.image_id, t.os))
         except FatalError as e:
             out.append(Finding("unchecked", t.id, str(e)))
             continue
@@ -190,15 +188,16 @@ def security(targets) -> list[Finding]:
 
 # --- prod digests whose CVE verdict turned red --------------------------------------------------------------
 
-def prod_cve(targets, *, registry: str | None, verifier) -> list[Finding]:
-    from gpuforge.publish import attest, cve
-    from gpuforge.publish.registry import Registry
+def prod_cve(targets, *, verifier) -> list[Finding]:
+    from gpuforge.cve import gate as cve
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
     out = []
     for t in targets:
-        ref = t.ref.on(registry)
+        ref = t.ref
         try:
-            m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
+            m = Registry(verifier.auth).manifest(ref.with_tag(f"{ref.tag}-prod"))
             if m is None:
                 continue  # never promoted
             probs = cve.cve_ok(attest.verified_predicates(str(ref.pinned(m.digest)), cve.CVE_TYPE, verifier),

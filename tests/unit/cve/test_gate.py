@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuforge.cli import main
+from gpuforge.cve import gate as cve
 from gpuforge.errors import ConfigError
-from gpuforge.publish import cve
 
 F = Path(__file__).parents[1] / "fixtures" / "cve"
 SBOM = F / "sbom-default.cdx.json"

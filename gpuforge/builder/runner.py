@@ -26,13 +26,14 @@ from rich.live import Live
 from rich.table import Table
 
 from gpuforge import options, paths
-from gpuforge.build import archcheck, bases, sizecheck
+from gpuforge.builder import archcheck, bases, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.render import dockerfile as render
 from gpuforge.render.labels import build_labels
 from gpuforge.state import files, records
+from gpuforge.state.records import Records
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
 
@@ -61,7 +62,8 @@ class BuildOptions:
     index_url: str | None = None
     pypi_url: str | None = None
     progress: str = "auto"  # auto | tty | plain
-    log_dir: Path | None = None  # None: gpuforge.options' log_dir (GPUFORGE_LOG_DIR)
+    records: Records  # where the build is recorded (the CLI's state_dir)
+    log_dir: Path  # one log per target (the CLI's log_dir: GPUFORGE_LOG_DIR)
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
     provenance: str | None = None  # buildx --provenance (None: BuildKit's default; "false": none)
 
@@ -151,20 +153,8 @@ def source_url(root: Path | None = None, hops: int = 3) -> str | None:
 
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
                labels: dict[str, str], metadata: Path | None = None) -> list[str]:
-    if driver.name == "buildx":
-        argv = [driver.client, "buildx", "build", "--load"]
-        if opts.builder:
-            argv += ["--builder", opts.builder]
-        for c in opts.cache_from:
-            argv += ["--cache-from", c]
-        if opts.cache_to:
-            argv += ["--cache-to", opts.cache_to]
-        if opts.provenance is not None:  # BuildKit >= 0.11 attaches provenance by default; buildx 0.10+ knows the flag
-            argv.append(f"--provenance={opts.provenance}")
-        if metadata:  # what BuildKit made: the config digest and, on the containerd store, the index
-            argv += ["--metadata-file", str(metadata)]
-    else:
-        argv = [driver.client, "build"]
+    argv = driver.command(builder=opts.builder, cache_from=opts.cache_from, cache_to=opts.cache_to,
+                          provenance=opts.provenance, metadata=str(metadata) if metadata else None)
     if opts.no_cache:
         argv.append("--no-cache")
     argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile")]
@@ -237,8 +227,7 @@ class _Runner:
             r.state, r.error = "skipped", "not started: an earlier target failed (use --keep-going)"
             return r
         root = self.opts.context_root or paths.project_root()
-        log_dir = self.opts.log_dir or Path(options.setting("log_dir"))
-        r.log = log_dir / f"{t.id}.log"
+        r.log = self.opts.log_dir / f"{t.id}.log"
         recipe = render.recipe_hash(t, root)
         r.state = "building"
         start = time.monotonic()
@@ -246,7 +235,7 @@ class _Runner:
             iid, meta = Path(tmp) / "iid", Path(tmp) / "metadata.json"
             labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
             argv = build_argv(self.driver, t, root, iid, self.opts, labels,
-                              meta if self.driver.name == "buildx" else None)
+                              meta if self.driver.writes_metadata else None)
             rc = self._stream(t, argv, r)
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
@@ -313,14 +302,15 @@ class _Runner:
         c = engine.client()
         image_id = img.id
         try:
-            before = records.build(t.id)
+            before = self.opts.records.build(t.id)
             # another image has no report or push yet: the old one's must not carry over (the same image keeps them)
             stale = {} if before and before.image_id == image_id else dict.fromkeys(records.IMAGE_FACTS)
-            records.update_build(t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
-                                 driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
-                                 extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
-                                 image_store=self.engine.store, image_index=index, argv=argv,
-                                 built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
+            self.opts.records.update_build(
+                t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
+                driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
+                extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
+                image_store=self.engine.store, image_index=index, argv=argv,
+                built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
         except StateError as e:
             r.state, r.error = "failed", f"built {image_id[:19]} but could not record it, so no tag moved: {e}"
             self.state_errors.append(e)
@@ -343,7 +333,7 @@ class _Runner:
                         c.images.get(old).tag(parsed.name, parsed.tag)
                     else:
                         c.images.remove(back, noprune=True)
-            records.restore_build(t.id, before)
+            self.opts.records.restore_build(t.id, before)
             r.state = "failed"
             r.error = (f"built {image_id[:19]} but could not tag it {ref} ({e.explanation or e}); "
                        "its tags and record were put back")
@@ -379,15 +369,14 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client, opts.driver)
-    if (opts.cache_from or opts.cache_to) and driver.name != "buildx":  # classic `docker build` has no such flags
-        msg = (f"--cache-from/--cache-to need buildx, but the build driver is {driver.name} ({driver.client}): "
-               "install docker-buildx (tools/start-engine.sh) or leave them out")
-        raise ConfigError(msg)
+    why = driver.cannot(builder=None, cache_from=opts.cache_from, cache_to=opts.cache_to)
+    if why:  # refused before the engine is touched, never silently dropped
+        raise ConfigError(why)
     engine.client()
     print(driver.describe(), flush=True)
-    if opts.builder and driver.name != "buildx":
-        msg = f"--builder {opts.builder} needs buildx, but {driver.client} has no buildx plugin"
-        raise ConfigError(msg)
+    why = driver.cannot(builder=opts.builder, cache_from=(), cache_to=None)
+    if why:
+        raise ConfigError(why)
     seen: set[str] = set()
     for t in targets:
         if t.base_image not in seen:

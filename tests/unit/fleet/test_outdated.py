@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from gpuforge.fleet import outdated
 from gpuforge.image import compat
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import outdated
 
 APT = Path(__file__).parents[1] / "fixtures" / "outdated" / "apt-security-default.txt"
 

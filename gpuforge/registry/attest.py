@@ -5,11 +5,12 @@ promotion record) to a pushed image digest as an in-toto attestation; `verified_
 back with `cosign verify-attestation`, in registry order (the order cosign appended them), so promotion
 (and any consumer) judges signed statements on the registry, never a local file.
 
-Signing: a key pair (`--key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
-runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification: the
+Signing (a Signer): a key pair (`--sign-key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
+runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification (a Verifier): the
 public key (GPUFORGE_COSIGN_PUBLIC_KEY) or the expected identity + issuer (GPUFORGE_COSIGN_IDENTITY,
 GPUFORGE_COSIGN_ISSUER). GPUFORGE_COSIGN_TLOG=1 uploads to / checks the Rekor transparency log
-(off by default: the test registries are offline).
+(off by default: the test registries are offline). The CLI makes both once from the options, with the
+registry credentials cosign needs.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuforge import options
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish.registry import Registry, auth_file, denied, insecure
+from gpuforge.registry.client import ANONYMOUS, Registry, RegistryAuth, auth_file, denied, insecure
 
 VALIDATION_TYPE = "https://gpuforge.dev/attestations/validation/v1"
 INVENTORY_TYPE = "https://gpuforge.dev/attestations/inventory/v1"
@@ -47,21 +47,23 @@ def oidc_token_available(env: dict | None = None) -> bool:
 
 @dataclass(frozen=True)
 class Verifier:
-    """How signatures are checked: a public key, or a keyless identity + OIDC issuer."""
+    """How signatures are checked: a public key, or a keyless identity + OIDC issuer; whether the Rekor log is
+    checked (cosign_tlog); and the credentials that read the registry."""
 
     key: str | None = None
     identity: str | None = None
     issuer: str | None = None
+    tlog: bool = False
+    auth: RegistryAuth = ANONYMOUS
 
     @classmethod
-    def from_env(cls, key: str | None = None) -> Verifier | None:
-        """--key, else GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer (gpuforge.options)."""
-        key = options.resolve_one(options.SETTINGS["verify_key"], cli=key).value
-        ident, issuer = options.setting("cosign_identity"), options.setting("cosign_issuer")
+    def of(cls, *, key: str | None, identity: str | None, issuer: str | None, tlog: bool = False,
+           auth: RegistryAuth = ANONYMOUS) -> Verifier | None:
+        """The public key, else the keyless identity + issuer; None when neither is given."""
         if key:
-            return cls(key=key)
-        if ident and issuer:
-            return cls(identity=ident, issuer=issuer)
+            return cls(key=key, tlog=tlog, auth=auth)
+        if identity and issuer:
+            return cls(identity=identity, issuer=issuer, tlog=tlog, auth=auth)
         return None
 
     def args(self) -> list[str]:
@@ -70,20 +72,27 @@ class Verifier:
         return ["--certificate-identity", str(self.identity), "--certificate-oidc-issuer", str(self.issuer)]
 
 
-def _tlog() -> bool:
-    return options.setting("cosign_tlog")
+@dataclass(frozen=True)
+class Signer:
+    """How statements are signed: a private key (None: keyless, through an OIDC identity token), whether they go to
+    the Rekor log (cosign_tlog), and the credentials that push the signature."""
+
+    key: str | None = None
+    tlog: bool = False
+    auth: RegistryAuth = ANONYMOUS
 
 
-def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _cosign(args: list[str], host: str, what: str, auth: RegistryAuth,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     exe = shutil.which("cosign")
     if not exe:
         msg = "cosign is not installed (Debian trixie's cosign; tools/start-engine.sh installs it)"
         raise RegistryError(msg)
-    with auth_file(host) as af:
+    with auth_file(auth, host) as af:
         e = {**os.environ, **(env or {})}
         if af:  # cosign reads $DOCKER_CONFIG/config.json (credential helpers included)
             e["DOCKER_CONFIG"] = str(Path(af).parent)
-        http = ["--allow-http-registry", "--allow-insecure-registry"] if insecure(host) else []
+        http = ["--allow-http-registry", "--allow-insecure-registry"] if insecure(host, auth) else []
         try:
             return subprocess.run([exe, *args[:1], *http, *args[1:]], capture_output=True, text=True, env=e,
                                   timeout=600, check=False)
@@ -92,12 +101,12 @@ def _cosign(args: list[str], host: str, what: str, env: dict | None = None) -> s
             raise RegistryError(msg) from None
 
 
-def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None:
+def attest(ref: str, predicate: Path, type_uri: str, *, signer: Signer) -> None:
     """Sign `predicate` as an in-toto statement about `ref` (host/repo@sha256:...) and push it."""
     host = ImageRef.parse(ref).registry
     args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate),
-            f"--tlog-upload={'true' if _tlog() else 'false'}", *(["--key", key] if key else []), ref]
-    r = _cosign(args, host, "attest")
+            f"--tlog-upload={'true' if signer.tlog else 'false'}", *(["--key", signer.key] if signer.key else []), ref]
+    r = _cosign(args, host, "attest", signer.auth)
     if r.returncode != 0:
         text = (r.stderr or r.stdout).strip()
         if "connection refused" in text:
@@ -110,14 +119,14 @@ def attest(ref: str, predicate: Path, type_uri: str, *, key: str | None) -> None
         raise RegistryError(msg)
 
 
-def attest_data(ref: str, data: dict, type_uri: str, *, key: str | None) -> None:
+def attest_data(ref: str, data: dict, type_uri: str, *, signer: Signer) -> None:
     """Sign an in-memory predicate: it goes to cosign through a private temporary file (mode 0600 in a
     0700 folder this process made), never through a path a user edits."""
     with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
         p = Path(d) / "predicate.json"
         p.touch(mode=0o600)
         p.write_text(json.dumps(data, sort_keys=True))
-        attest(ref, p, type_uri, key=key)
+        attest(ref, p, type_uri, signer=signer)
 
 
 @dataclass(frozen=True)
@@ -130,11 +139,10 @@ class Signed:
     index: int  # position in the .att manifest; larger is newer
 
 
-def _att_layers(ref: str) -> list[str]:
+def _att_layers(ref: str, auth: RegistryAuth) -> list[str]:
     """The layer digests of the digest's attestation manifest, in registry order ([] when there is none)."""
     parsed = ImageRef.parse(ref)
-    host, repo, digest = parsed.registry, parsed.repository, parsed.digest
-    m = Registry(host).manifest(repo, "sha256-" + digest.split(":", 1)[1] + ".att")
+    m = Registry(auth).manifest(parsed.bare().with_tag("sha256-" + str(parsed.digest).split(":", 1)[1] + ".att"))
     if m is None:
         return []
     return [layer.get("digest") for layer in json.loads(m.body).get("layers", [])]
@@ -147,8 +155,8 @@ def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Sig
     parsed = ImageRef.parse(ref)
     host, digest = parsed.registry, parsed.digest
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
-            *([] if _tlog() else ["--insecure-ignore-tlog=true"]), ref]
-    r = _cosign(args, host, "verify-attestation")
+            *([] if verifier.tlog else ["--insecure-ignore-tlog=true"]), ref]
+    r = _cosign(args, host, "verify-attestation", verifier.auth)
     if r.returncode != 0:
         text = r.stderr or r.stdout
         if any(s in text for s in ("no matching attestations", "none of the attestations matched", "no signatures found",
@@ -159,7 +167,7 @@ def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Sig
             raise RegistryError(msg)
         msg = f"attestations on {ref} do not verify: {text.strip().splitlines()[-1][-300:]}"
         raise PromotionRefused(msg)
-    order = {d: i for i, d in enumerate(_att_layers(ref))}
+    order = {d: i for i, d in enumerate(_att_layers(ref, verifier.auth))}
     out = []
     for line in r.stdout.splitlines():
         if not line.strip().startswith("{"):

@@ -18,6 +18,7 @@ import docker.errors
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import ImageRef
 
 RECIPE_LABEL = "io.gpuforge.base-recipe"
 
@@ -100,7 +101,7 @@ def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
             c.api.import_image_from_data(
-                tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1],
+                tar.stdout, repository=ImageRef.parse(tag).name, tag=ImageRef.parse(tag).tag,
                 changes=[f"LABEL {RECIPE_LABEL}={want}", 'CMD ["/bin/bash"]'],
             )
         finally:

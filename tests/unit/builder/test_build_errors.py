@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.errors import ConfigError
 
 # (a line as pip, uv, apt or BuildKit print it, a phrase the diagnosis must contain)

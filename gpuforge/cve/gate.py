@@ -270,21 +270,9 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
     now = now or dt.datetime.now(dt.UTC)
     floor = SEVERITIES.index(_severity(severity))
     entries = allowlist.for_target(target)
-    problems: list[str] = []
-    counted, allowed, used = [], [], set()
-    for scan in scans:
-        for f in scan.findings:
-            if not f.fixable or (SEVERITIES.index(f.severity) < floor and f.severity != "UNKNOWN"):
-                continue
-            hit = next(((where, e) for where, e in entries if e.covers(f)), None)
-            if hit:
-                used.add(id(hit[1]))
-                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
-            else:
-                counted.append({**asdict(f), "scanner": scan.scanner})
-    for f in counted:
-        problems.append(f"{f['severity']} {f['id']} in {f['package']} {f['version']} is fixable ({f['fixed']}) "
-                        f"[{f['scanner']}]")
+    counted, allowed, used = _sorted_findings(scans, entries, floor)
+    problems = [f"{f['severity']} {f['id']} in {f['package']} {f['version']} is fixable ({f['fixed']}) [{f['scanner']}]"
+                for f in counted]
     expired = [{"id": e.id, "package": e.package, "review_by": e.review_by.isoformat(), "in": where}
                for where, e in entries if e.review_by < now.date()]
     for e in expired:
@@ -295,27 +283,8 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
         problems.append(f"{len(unaudited)} package(s) not audited, e.g. {unaudited[0]} (a scan that skipped packages "
                         "passes without checking them)")
     if sbom:
-        want = {_purl_key(p): p for p in sbom_purls(sbom)}
-        for s in scans:
-            if s.packages is not None:
-                missing = sorted(want[k] for k in want.keys() - {_purl_key(p) for p in s.packages})
-                if missing:
-                    unaudited += [f"[{s.scanner}] {p}: in the SBOM, not in the scan" for p in missing]
-                    problems.append(f"{len(missing)} SBOM component(s) are not in the {s.scanner} scan, e.g. {missing[0]}")
-    dbs = []
-    for s in scans:
-        if s.live:
-            continue
-        if s.db_built is None:
-            problems.append(f"the {s.scanner} database's age is unknown (Trivy: pass --db-metadata from "
-                            "`trivy version -f json`; Grype: descriptor.db.built): a stale database passes anything")
-            dbs.append({"scanner": s.scanner, "built": None})
-            continue
-        age = (now - s.db_built).total_seconds() / 3600
-        dbs.append({"scanner": s.scanner, "built": s.db_built.isoformat(), "age_hours": round(age, 1), "from": s.db_from})
-        if age > max_db_age_hours:
-            problems.append(f"the {s.scanner} database was built {s.db_built:%Y-%m-%d %H:%M} UTC, {age:.0f} h ago "
-                            f"(at most {max_db_age_hours:g} h): update it and re-scan")
+        unaudited += _sbom_gaps(sbom, scans, problems)
+    dbs = _db_ages(scans, now, max_db_age_hours, problems)
     if not scans:
         problems.append("no scanner report given")
     return {
@@ -337,6 +306,55 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
     }
 
 
+def _sorted_findings(scans: list[Scan], entries: list, floor: int) -> tuple[list[dict], list[dict], set[int]]:
+    """(counted, allowed, ids of the allowlist entries used): fixable findings at or above the floor (UNKNOWN
+    always counts), each either covered by an allowlist entry or counted."""
+    counted, allowed, used = [], [], set()
+    for scan in scans:
+        for f in scan.findings:
+            if not f.fixable or (SEVERITIES.index(f.severity) < floor and f.severity != "UNKNOWN"):
+                continue
+            hit = next(((where, e) for where, e in entries if e.covers(f)), None)
+            if hit:
+                used.add(id(hit[1]))
+                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
+            else:
+                counted.append({**asdict(f), "scanner": scan.scanner})
+    return counted, allowed, used
+
+
+def _sbom_gaps(sbom: Path, scans: list[Scan], problems: list[str]) -> list[str]:
+    """SBOM components that a scan listing its packages did not cover (unaudited; one problem per scan)."""
+    want = {_purl_key(p): p for p in sbom_purls(sbom)}
+    gaps = []
+    for s in scans:
+        if s.packages is not None:
+            missing = sorted(want[k] for k in want.keys() - {_purl_key(p) for p in s.packages})
+            if missing:
+                gaps += [f"[{s.scanner}] {p}: in the SBOM, not in the scan" for p in missing]
+                problems.append(f"{len(missing)} SBOM component(s) are not in the {s.scanner} scan, e.g. {missing[0]}")
+    return gaps
+
+
+def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, problems: list[str]) -> list[dict]:
+    """Each offline scanner's database age; an unknown or too old one is a problem (a stale database passes anything)."""
+    dbs = []
+    for s in scans:
+        if s.live:
+            continue
+        if s.db_built is None:
+            problems.append(f"the {s.scanner} database's age is unknown (Trivy: pass --db-metadata from "
+                            "`trivy version -f json`; Grype: descriptor.db.built): a stale database passes anything")
+            dbs.append({"scanner": s.scanner, "built": None})
+            continue
+        age = (now - s.db_built).total_seconds() / 3600
+        dbs.append({"scanner": s.scanner, "built": s.db_built.isoformat(), "age_hours": round(age, 1), "from": s.db_from})
+        if age > max_db_age_hours:
+            problems.append(f"the {s.scanner} database was built {s.db_built:%Y-%m-%d %H:%M} UTC, {age:.0f} h ago "
+                            f"(at most {max_db_age_hours:g} h): update it and re-scan")
+    return dbs
+
+
 def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:
     """Ready-to-paste allowlist entries (YAML, under `global:` or `targets.<id>:`) for every counted finding."""
     today = today or dt.date.today()
@@ -353,7 +371,7 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
            max_verdict_age_hours: float | None = None, now: dt.datetime | None = None) -> list[str]:
     """Why the signed CVE verdicts on `digest` do not let it into prod ([] when the newest is green).
 
-    `predicates` are verified CVE_TYPE predicates (gpuforge.publish.attest.verified_predicates); the newest by
+    `predicates` are verified CVE_TYPE predicates (gpuforge.registry.attest.verified_predicates); the newest by
     judged_at decides, and it must be about this digest, judged after the build, and (optionally) recent."""
     now = now or dt.datetime.now(dt.UTC)
     mine = [p for p in predicates if isinstance(p, dict) and (p.get("subject") or {}).get("digest") == digest]
@@ -373,12 +391,11 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
 
 def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
-         output: Path | None = None, attest_key: str | None = None, sign: bool = False, registry: str | None = None,
-         digest: str | None = None) -> dict:
-    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it when asked.
+         output: Path | None = None, signer=None, sign: bool = False, digest: str | None = None,
+         records=None) -> dict:
+    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it with `signer`
+    (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed digest.
     Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
-    from gpuforge.state import records
-
     if severity not in SEVERITIES:
         msg = f"--severity / GPUFORGE_CVE_SEVERITY: {severity!r} is not one of {', '.join(SEVERITIES)}"
         raise ConfigError(msg)
@@ -391,11 +408,11 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
         raise ConfigError(msg)
     subject = {}
-    rec = records.get(target.id) if target else None
+    rec = records.build(target.id) if target and records else None
     if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
         subject = {"digest": digest}
-    elif rec and rec.get("digest"):
-        subject = {"digest": rec["digest"], "image_id": rec.get("image_id"), "ref": rec.get("pushed_ref")}
+    elif rec and rec.digest:
+        subject = {"digest": rec.digest, "image_id": rec.image_id, "ref": rec.pushed_ref}
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
     if output:
@@ -407,7 +424,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
-        _sign(target, output, attest_key, registry, subject.get("digest"))
+        _sign(target, output, signer, subject.get("digest"))
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
           f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
@@ -417,8 +434,8 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _sign(target, verdict_path: Path | None, key: str | None, registry: str | None, digest: str | None) -> None:
-    from gpuforge.publish import attest
+def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None:
+    from gpuforge.registry import attest
 
     if target is None or verdict_path is None:
         msg = "--attest needs --target and --output (the verdict is signed onto the target's pushed digest)"
@@ -427,21 +444,21 @@ def _sign(target, verdict_path: Path | None, key: str | None, registry: str | No
         msg = (f"{target.id}: nothing to attest the CVE verdict onto: it was never pushed (run `gpuforge push "
                f"{target.id}`, or give --digest)")
         raise ConfigError(msg)
-    ref = str(target.ref.on(registry).pinned(digest))
-    attest.attest(ref, verdict_path, CVE_TYPE, key=key)
+    ref = str(target.ref.pinned(digest))
+    attest.attest(ref, verdict_path, CVE_TYPE, signer=signer)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
 
 
-def write_prod_sboms(targets, *, registry: str | None, verifier, out: Path) -> list[tuple[str, str]]:
+def write_prod_sboms(targets, *, verifier, out: Path) -> list[tuple[str, str]]:
     """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
     and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
-    from gpuforge.publish import attest
-    from gpuforge.publish.registry import Registry
+    from gpuforge.registry import attest
+    from gpuforge.registry.client import Registry
 
     done = []
     for t in targets:
-        ref = t.ref.on(registry)
-        m = Registry(ref.registry).manifest(ref.repository, f"{ref.tag}-prod")
+        ref = t.ref
+        m = Registry(verifier.auth).manifest(ref.with_tag(f"{ref.tag}-prod"))
         if m is None:
             continue
         boms = attest.verified_predicates(str(ref.pinned(m.digest)), CYCLONEDX_TYPE, verifier)

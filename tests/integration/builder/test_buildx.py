@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, checkout_snapshot, matrix_copy, run_steps
+from state_here import records
 
 from conftest import ROOT, gpuforge, need
 from gpuforge import options
-from gpuforge.build import runner as build
+from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.render import dockerfile as render
 from gpuforge.render import locks
-from gpuforge.state import records
 
 pytestmark = pytest.mark.docker
 DOCKER = "/usr/bin/docker"

@@ -1,0 +1,36 @@
+"""`status` shows this checkout's build record, read typed: what was built how, where it was pushed, and whether each
+report file validate wrote still holds what that run observed (its recorded digest)."""
+
+from __future__ import annotations
+
+import json
+
+from gpuforge.publish import status
+from gpuforge.state.models import BuildRecord
+from gpuforge.validate import evidence
+
+IMG, DIGEST = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+def test_a_report_file_is_as_validated_until_it_is_edited(tmp_path):
+    rep = {"target": "t", "green": True, "checks": []}
+    f = tmp_path / "report.json"
+    f.write_text(json.dumps(rep))
+    rec = BuildRecord(image_id=IMG, digest=DIGEST, report=str(f), report_digest=evidence.digest_of(rep),
+                      gpu_report=str(tmp_path / "gone.json"), gpu_report_digest="sha256:1")
+    local = status._local(rec, DIGEST)
+    assert local["reports"] == {"report": {"path": str(f), "state": "as validated"},
+                                "gpu_report": {"path": str(tmp_path / "gone.json"), "state": "missing"}}
+    f.write_text(json.dumps({**rep, "green": False}))
+    assert status._local(rec, DIGEST)["reports"]["report"]["state"] == "changed since validate"
+    assert status._local(rec, "sha256:" + "c" * 64)["differs"] is True and local["differs"] is False
+
+
+def test_the_text_shows_the_record_and_the_reports(tmp_path):
+    rec = BuildRecord(image_id=IMG, digest=DIGEST, size=2_500_000_000, seconds=61.0, driver="buildx", engine="26.1.5",
+                      pushed_ref="r/x:t", report=str(tmp_path / "r.json"), report_digest="sha256:1")
+    row = {"target": "t", "env": "dev", "repository": "r/x", "tags": {}, "digest": DIGEST, "promotion": None,
+           "interrupted": None, "evidence": None, "local": status._local(rec, DIGEST), "warnings": []}
+    text = "\n".join(status._text(row))
+    assert "local record: image sha256:aaaaaaaaaaaa, 2.50 GB" in text and "by buildx" in text and "on 26.1.5" in text
+    assert "local push: r/x:t" in text and f"local report: {tmp_path / 'r.json'} (missing)" in text
