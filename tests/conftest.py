@@ -207,12 +207,12 @@ def pytest_sessionfinish(session, exitstatus):
 # the rest keep their collection order after these. Longest first keeps the two workers' loads even.
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~750 s: a second engine's cold build + 2 validations
-    "tests/integration/build/test_buildx.py",               # ~440 s
+    "tests/integration/builder/test_buildx.py",             # ~440 s
     "tests/integration/publish/test_registry.py",           # ~420 s
     "tests/integration/publish/test_fleet_promotion.py",    # ~300 s
     "tests/integration/validate/test_validators.py",        # ~270 s
     "tests/integration/core/test_clean.py",                 # ~150 s
-    "tests/integration/build/test_build.py",                # ~120 s
+    "tests/integration/builder/test_build.py",              # ~120 s
     "tests/integration/core/test_install.py",               # ~115 s
 )
 
