@@ -4,6 +4,7 @@ engine answers, FAILED instead when GPUFORGE_REQUIRE_DOCKER=1 (CI sets it)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -130,34 +131,62 @@ def test_ca(tmp_path_factory):
     return {"bundle": bundle, "needle": needle.encode()}
 
 
+@contextlib.contextmanager
+def once_per_run(name: str):
+    """A session fixture's work done once per test run, not once per xdist worker: the first worker to get here does
+    it under an inter-process lock and leaves its result (JSON) in the run's state dir; the others wait on the lock
+    and read that. Yields (cached result or None, a function to save the result)."""
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for all workers of this run (xdist sets it)
+    if not run:  # one process: its session fixture runs once anyway
+        yield None, lambda result: None
+        return
+    here = Path(os.environ["GPUFORGE_STATE_DIR"])
+    here.mkdir(parents=True, exist_ok=True)
+    done = here / f".tests-{name}-{run}.json"  # never a result of another run that shared the state dir
+    with open(here / f".tests-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = json.loads(done.read_text()) if done.exists() else None
+        yield cached, lambda result: done.write_text(json.dumps(result, default=str))
+
+
 @pytest.fixture(scope="session")
 def default_build(docker_engine, test_ca):
-    """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast)."""
+    """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast). Once per run, not per
+    worker: a second build of the same commit may be served another cache chain (after test_buildx's --no-cache
+    build) and move the default tag under the first worker's tests."""
     from state_here import records
 
     from gpuforge.plan.matrix import load_matrix
 
     t = load_matrix().select(None)[0]
-    r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
-    assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
-    assert "build driver:" in r.stdout
-    rec = records.require(t.id)
+    with once_per_run("default-build") as (rec, save):
+        if rec is None:
+            r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
+            assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+            assert "build driver:" in r.stdout
+            rec = records.require(t.id)
+            save(rec)
     print(f"\ndefault image {rec['image_id'][:19]} built on engine {rec['engine']}, image store {rec['image_store']}")
     return t, rec
 
 
 @pytest.fixture(scope="session")
-def validated(default_build, tmp_path_factory):
-    """The full non-GPU validator suite run once against the default image: a green report."""
+def validated(default_build):
+    """The full non-GPU validator suite run once (per test run) against the default image: a green report."""
     import time
 
-    reports = tmp_path_factory.mktemp("reports")
+    reports = Path(os.environ["GPUFORGE_STATE_DIR"]) / "tests-validated-reports"
     summary = reports / "step-summary.md"
-    t0 = time.monotonic()
-    r = gpuforge("validate", "--reports", str(reports), env={"GITHUB_STEP_SUMMARY": str(summary)})
-    seconds = time.monotonic() - t0
+    with once_per_run("validated") as (seconds, save):
+        if seconds is None:
+            t0 = time.monotonic()
+            r = gpuforge("validate", "--reports", str(reports), env={"GITHUB_STEP_SUMMARY": str(summary)})
+            seconds = time.monotonic() - t0
+            assert r.returncode == 0, f"validation failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
+            save(seconds)
     print(f"\nfull non-GPU validator suite: {seconds:.1f} s")
-    assert r.returncode == 0, f"validation failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
     return {"reports": reports, "summary": summary, "seconds": seconds, "target": default_build[0], "record": default_build[1]}
 
 

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from clients import VENV, free_port, key_file, ssh_argv, tunnel, wait_http, wheel
-from vutil import sh
+from vutil import processes, sh
 
 TOKEN = uuid.uuid4().hex
 AUTH = {"Authorization": f"token {TOKEN}"}
@@ -40,8 +40,7 @@ def _jupyter(image: str, command: list[str] | None, **kw):
 
 def _uids(c, word: str) -> set[str]:
     """uids of the container's processes whose command line holds `word` (tini, PID 1, is root by design)."""
-    top = c.container.top(ps_args="-eo pid,uid,args")
-    return {row[1] for row in top["Processes"] if word in row[-1] and not row[-1].startswith("/usr/bin/tini")}
+    return {uid for uid, cmd in processes(c) if word in cmd and not cmd.startswith("/usr/bin/tini")}
 
 
 # --- login shells ----------------------------------------------------------------------------------

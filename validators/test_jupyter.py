@@ -13,6 +13,8 @@ import pytest
 import requests
 import websocket
 
+from vutil import processes
+
 TOKEN = uuid.uuid4().hex
 
 
@@ -133,11 +135,10 @@ def test_status_ok_with_token(server):
 
 def test_server_runs_as_non_root(server):
     c, _ = server
-    top = c.container.top()
-    col_user, col_cmd = top["Titles"].index("UID"), top["Titles"].index("CMD")
-    users = [row[col_user] for row in top["Processes"] if "jupyter" in row[col_cmd]]
-    assert users, f"no jupyter process in {top['Processes']}"
-    assert not {"0", "root"} & set(users), f"jupyter runs as root: {top['Processes']}"
+    procs = processes(c)
+    users = [uid for uid, cmd in procs if "jupyter" in cmd]
+    assert users, f"no jupyter process in {procs}"
+    assert not {"0", "root"} & set(users), f"jupyter runs as root: {procs}"
 
 
 def test_kernel_runs_torch(server, target, timeout, facts):

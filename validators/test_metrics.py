@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import wait_http
+from vutil import processes
 
 # dcgm-exporter's names (etc/default-counters.csv) for what NVML gives, and their types
 DCGM = {"DCGM_FI_DEV_GPU_UTIL": "gauge", "DCGM_FI_DEV_MEM_COPY_UTIL": "gauge", "DCGM_FI_DEV_GPU_TEMP": "gauge",
@@ -36,9 +37,8 @@ def _metrics(image, pytestconfig, gpu, env=None, user=None, command=("metrics",)
 def scraped(image, pytestconfig, gpu):
     with _metrics(image, pytestconfig, gpu, user="root") as c:
         r = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60)
-        top = c.container.top(ps_args="-eo pid,uid,args")
         yield {"text": r.text, "type": r.headers.get("Content-Type", ""),
-               "uids": {row[1] for row in top["Processes"] if "metrics.py" in row[-1]}}
+               "uids": {uid for uid, cmd in processes(c) if "metrics.py" in cmd}}
 
 
 def test_metrics_up_with_the_gpu_count(scraped, gpu, facts):

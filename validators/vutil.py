@@ -40,3 +40,11 @@ def json_of(host, command: str, *args: str, timeout: int = 120) -> dict:
 def py(host, code: str, *args: str, timeout: int = 120) -> dict:
     """Run Python code on the host that prints one JSON object; args become sys.argv[1:]."""
     return json_of(host, "python3 -c %s" + " %s" * len(args), code, *args, timeout=timeout)
+
+
+def processes(running) -> list[tuple[str, str]]:
+    """(uid, full command line) of every process of a running container, from the engine (`docker top`). `ww`:
+    ps cuts the command to the daemon's terminal width otherwise (32 characters were seen on Docker 26.1.5), and a
+    check that looks for a word in it then finds nothing."""
+    top = running.container.top(ps_args="-ww -eo pid,uid,args")
+    return [(row[1], row[-1]) for row in top["Processes"]]
