@@ -421,18 +421,3 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
         raise BuildError(msg)
     return list(results.values())
 
-
-def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
-    """A recorded buildx build, run again (every step from BuildKit's cache) with the exporter `output`
-    instead of --load: same Dockerfile, context, secrets and labels, so the same image config."""
-    out: list[str] = []
-    it = iter(argv)
-    for a in it:
-        if a == "--load":
-            out += ["--output", output]
-        elif a in ("--iidfile", "--metadata-file"):
-            next(it, None)
-            out += [a, str(tmp / a.lstrip("-"))]
-        else:
-            out.append(a)
-    return out

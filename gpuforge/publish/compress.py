@@ -3,8 +3,8 @@
 rest (Docker 20.10 cannot pull zstd). Two tags, not one index with both: an index offering the same
 platform twice lets each client pick the first entry, so an old engine could pick zstd and fail.
 
-How: the recorded buildx build runs again (every step from BuildKit's cache) with the image exporter
-`compression=zstd,force-compression=true,oci-mediatypes=true,push=true`. That needs a builder that can
+How: the build stage runs the recorded buildx build again (gpuforge.builder.export; every step from BuildKit's
+cache) with the image exporter `compression=zstd,force-compression=true,oci-mediatypes=true,push=true`. That needs a builder that can
 export images with a chosen compression: the docker driver on an engine with the containerd image store
 (Docker 24+, `{"features": {"containerd-snapshotter": true}}`), or a docker-container/remote builder
 (`gpuforge build --builder`). The docker driver on a graphdriver engine (20.10's overlay2) exports only
@@ -21,33 +21,28 @@ digest, the one `validate --attest` signs; the zstd copy is not signed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
-from gpuforge.builder import runner
+from gpuforge.builder import export, runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.registry.client import Registry, RegistryAuth, auth_file
-from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 
 COMPRESSIONS = ("gzip", "zstd", "both")
-ZSTD_OUTPUT = "type=image,name={ref},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
 ZSTD_SUFFIX = "-zstd"
 
 
 def refusal(rec: BuildRecord, info: engine.EngineInfo) -> str | None:
     """Why this engine/builder cannot export zstd layers (None: it can)."""
-    if not getattr(engine.DRIVERS.get(rec.driver or ""), "exports", False):
+    if not export.exports(rec):
         return (f"--compression zstd re-runs the buildx build, but {rec.image_id[:19]} was built with the "
                 f"{rec.driver or 'unknown'} driver; rebuild with buildx (`gpuforge build --driver buildx`)")
-    if not rec.argv:
+    if not export.recorded(rec):
         return (f"--compression zstd re-runs the recorded build, and the record of {rec.image_id[:19]} "
                 "has no build command (built by an older gpuforge); rebuild it")
-    if not info.containerd_store and "--builder" not in rec.argv:
+    if not info.containerd_store and not export.named_builder(rec):
         return (f"--compression zstd needs a builder that exports zstd layers: this is {info.describe()}, whose buildx "
                 "docker driver cannot; use an engine with the containerd image store (Docker 24+, daemon.json "
                 '{"features": {"containerd-snapshotter": true}}) or a docker-container builder (--builder), or push gzip')
@@ -78,18 +73,10 @@ def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, au
     zref = zstd_ref(build_ref)
     ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"
-    with tempfile.TemporaryDirectory(prefix="gpuforge-zstd-") as tmp, auth_file(auth, zref.registry) as af:
-        argv = runner.export_argv(list(rec.argv or ()), ZSTD_OUTPUT.format(ref=ref), Path(tmp))
-        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-        if af:  # buildx pushes with the docker config's credentials
-            env["DOCKER_CONFIG"] = str(Path(af).parent)
+    with auth_file(auth, zref.registry) as af:
         print(f"gpuforge: pushing {ref} (zstd layers, from the build cache; log {log})", flush=True)
-        with files.open_log(log) as f:
-            f.write(runner.redact("+ " + " ".join(argv)) + "\n")
-            f.flush()
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
-        meta = Path(tmp) / "metadata-file"
-        digest = json.loads(meta.read_text()).get("containerimage.digest") if meta.exists() else None
+        rc, digest = export.push_copy(rec, ref=ref, compression="zstd", log=log,
+                                      docker_config=Path(af).parent if af else None)
     if rc != 0 or not digest:
         last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from state_here import records
 
-from gpuforge.builder import runner, sizecheck
+from gpuforge.builder import export, runner, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError
 from gpuforge.render.labels import BUILD_LABELS, build_labels
@@ -115,7 +115,7 @@ def test_build_labels_are_passed_on_the_command_line(tmp_path):
                              tmp_path / "meta.json")
     assert "org.opencontainers.image.created=2026-01-01T00:00:00Z" in argv and "--provenance=false" in argv
     assert argv[argv.index("--metadata-file") + 1] == str(tmp_path / "meta.json")
-    again = runner.export_argv(argv, "type=image,name=x,push=true", tmp_path / "t")
+    again = export.export_argv(argv, "type=image,name=x,push=true", tmp_path / "t")
     assert "--load" not in again and again[again.index("--output") + 1] == "type=image,name=x,push=true"
     assert again[again.index("--iidfile") + 1] == str(tmp_path / "t" / "iidfile")
 
