@@ -15,6 +15,7 @@ from gpuforge.image import compat
 from gpuforge.publish import prod
 from gpuforge.state import files
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
 
@@ -25,20 +26,24 @@ class Evidence:
 
     target: object
     digest: str | None  # the prod tag's digest; None: never promoted
-    validation: list[dict] = field(default_factory=list)  # non-GPU and GPU validation predicates
+    validation: list[Report] = field(default_factory=list)  # non-GPU and GPU validation predicates
     cve: list[dict] = field(default_factory=list)
     inventory: list[dict] = field(default_factory=list)
     built_at: str | None = None
 
-    @property
-    def gpu(self) -> list[dict]:
-        return [p for p in self.validation if isinstance(p, dict) and p.get("gpu")]
+    def __post_init__(self) -> None:
+        # the predicates through the report's shape (dicts as verified): one of another shape is one line, exit 8
+        self.validation = [Report.of(p, "signed validation statement") for p in self.validation]
 
     @property
-    def image(self) -> dict | None:
+    def gpu(self) -> list[Report]:
+        return [p for p in self.validation if p.gpu]
+
+    @property
+    def image(self) -> Report | None:
         """The newest green non-GPU validation predicate (versions, size, skips)."""
-        ok = [p for p in self.validation if isinstance(p, dict) and not p.get("gpu") and not evidence.problems(p)]
-        return max(ok, key=lambda p: p.get("started", 0)) if ok else None
+        ok = [p for p in self.validation if not p.gpu and not evidence.problems(p)]
+        return max(ok, key=lambda p: p.started or 0) if ok else None
 
 
 def _date(epoch) -> str:
@@ -55,14 +60,14 @@ def pool_cell(pool, ev: Evidence) -> dict:
     kw = {"built_at": ev.built_at}
     green = [p for p in ev.gpu if prod.covers(pool, p, **kw) is None]
     if green:
-        best = max(green, key=lambda p: p.get("started", 0))
-        host = best["evidence"]["gpu_host"]
-        return {"result": "green", "date": _date(best.get("started")), "driver": host.get("driver"),
-                "runner": host.get("runner"), "gpus": host.get("count")}
-    mine = [p for p in ev.gpu if ((p.get("evidence") or {}).get("gpu_host") or {}).get("gpu_models") == [pool.model]]
+        best = max(green, key=lambda p: p.started or 0)
+        host = best.host_of()
+        return {"result": "green", "date": _date(best.started), "driver": host.driver,
+                "runner": host.runner, "gpus": host.count}
+    mine = [p for p in ev.gpu if p.host_of().gpu_models == [pool.model]]
     if mine:
-        last = max(mine, key=lambda p: p.get("started", 0))
-        return {"result": "red", "date": _date(last.get("started")), "why": prod.covers(pool, last, **kw)}
+        last = max(mine, key=lambda p: p.started or 0)
+        return {"result": "red", "date": _date(last.started), "why": prod.covers(pool, last, **kw)}
     return {"result": "not validated"}
 
 
@@ -99,14 +104,14 @@ def render_support(rows: list[dict], fleet, fmt: str) -> str:
 
 # --- release notes -----------------------------------------------------------------------------------------
 
-def _skips(preds: list[dict]) -> list[dict]:
+def _skips(preds: list[Report]) -> list[dict]:
     seen: dict[tuple, dict] = {}
     for p in preds:
-        for c in p.get("checks", []):
-            if c.get("outcome") == "skipped":
-                key = (c["module"], c["name"], evidence.skip_reason(c))
-                seen.setdefault(key, {"check": f"{c['module']}::{c['name']}", "reason": evidence.skip_reason(c),
-                                      "gpu": bool(p.get("gpu"))})
+        for c in p.checks:
+            if c.outcome == "skipped":
+                key = (c.module, c.name, evidence.skip_reason(c))
+                seen.setdefault(key, {"check": f"{c.module}::{c.name}", "reason": evidence.skip_reason(c),
+                                      "gpu": p.gpu})
     return list(seen.values())
 
 
@@ -114,13 +119,12 @@ def release_notes(ev: Evidence, fleet, *, previous: Evidence | None = None) -> d
     """The notes of one promoted digest: versions read from inside the image, driver floor, GPU models validated,
     known issues (skips and reasons), the CVE verdict, size and its change from the previous prod digest."""
     t = ev.target
-    img = ev.image or {}
-    facts = img.get("facts", {})
+    facts = ev.image.facts if ev.image else {}
     size = facts.get("size_gb")
-    prev_size = ((previous.image or {}).get("facts", {}).get("size_gb")) if previous else None
+    prev_size = previous.image.facts.get("size_gb") if previous and previous.image else None
     cells = {p.name: pool_cell(p, ev) for p in fleet}
-    validated = sorted({(n, h.get("driver"), h.get("count")) for p in ev.gpu if not evidence.problems(p, require_gpu=True)
-                        for h in [(p.get("evidence") or {}).get("gpu_host") or {}] for n in h.get("gpu_names", [])})
+    validated = sorted({(n, h.driver, h.count) for p in ev.gpu if not evidence.problems(p, require_gpu=True)
+                        for h in [p.host_of()] for n in h.gpu_names})
     cve_newest = max((c for c in ev.cve if (c.get("subject") or {}).get("digest") == ev.digest),
                      key=lambda c: str(c.get("judged_at", "")), default=None)
     return {
@@ -134,7 +138,7 @@ def release_notes(ev: Evidence, fleet, *, previous: Evidence | None = None) -> d
         "arch_list": list(t.variant.arch_list),
         "gpus_validated": [{"gpu": n, "driver": d, "count": c} for n, d, c in validated],
         "pools": cells,
-        "known_issues": _skips([p for p in ev.validation if isinstance(p, dict)]),
+        "known_issues": _skips(ev.validation),
         "cve": ({"ok": cve_newest.get("ok"), "judged_at": cve_newest.get("judged_at"),
                  "counted": len(cve_newest.get("counted", [])), "allowed": len(cve_newest.get("allowed", [])),
                  "problems": cve_newest.get("problems", [])} if cve_newest else None),

@@ -14,6 +14,8 @@ from gpuforge.errors import PromotionRefused
 from gpuforge.plan.target import ImageRef
 from gpuforge.state.models import BuildRecord
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Evidence as ReportEvidence
+from gpuforge.validate.report_model import Report
 
 
 def _epoch(iso: str | None) -> float | None:
@@ -23,32 +25,34 @@ def _epoch(iso: str | None) -> float | None:
     return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def covers(pool, pred: dict, *, built_at: str | None = None, image_id: str | None = None) -> str | None:
+def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: str | None = None) -> str | None:
     """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build, made by this
     checkout's validator set (for `image_id`, when given); else why not."""
-    if not isinstance(pred, dict) or not pred.get("gpu"):
+    rep = Report.of(pred, "GPU validation statement")
+    if not rep.gpu:
         return "not a GPU report"
-    probs = evidence.problems(pred, require_gpu=True)
+    probs = evidence.problems(rep, require_gpu=True)
     if probs:
         return f"not green ({probs[0]})"
-    if (pred.get("evidence") or {}).get("validator_set") != evidence.validator_set_hash():
+    ev = rep.evidence or ReportEvidence()
+    if ev.validator_set != evidence.validator_set_hash():
         return "made by another validator set"
-    if image_id and (pred.get("evidence") or {}).get("image_id") != image_id:
-        return f"for image {str(pred['evidence'].get('image_id'))[:19]}, not {image_id[:19]}"
-    host = (pred.get("evidence") or {}).get("gpu_host") or {}
-    if host.get("gpu_models") != [pool.model]:
-        return f"ran on {', '.join(host.get('gpu_names') or ['unknown GPUs'])}, not {pool.model}"
-    if host.get("driver") not in pool.drivers:
-        return f"driver {host.get('driver')}, not one of the pool's {', '.join(pool.drivers)}"
-    if int(host.get("count") or 0) < pool.gpus:
-        return f"{host.get('count')} GPU(s), the pool gives {pool.gpus}"
+    if image_id and ev.image_id != image_id:
+        return f"for image {str(ev.image_id)[:19]}, not {image_id[:19]}"
+    host = rep.host_of()
+    if host.gpu_models != [pool.model]:
+        return f"ran on {', '.join(host.gpu_names or ['unknown GPUs'])}, not {pool.model}"
+    if host.driver not in pool.drivers:
+        return f"driver {host.driver}, not one of the pool's {', '.join(pool.drivers)}"
+    if host.count < pool.gpus:
+        return f"{host.count} GPU(s), the pool gives {pool.gpus}"
     built = _epoch(built_at)
-    if built is not None and float(pred.get("started") or 0) <= built:
+    if built is not None and float(rep.started or 0) <= built:
         return "older than the build"
     return None
 
 
-def pools_missing(target, attestations: list[dict], *, built_at: str | None = None,
+def pools_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None,
                   image_id: str | None = None) -> list[str]:
     """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) that no attestation in
     `attestations` (verified GPU validation predicates of this digest) covers, in the fleet's order."""
@@ -56,7 +60,7 @@ def pools_missing(target, attestations: list[dict], *, built_at: str | None = No
             if not any(covers(p, a, built_at=built_at, image_id=image_id) is None for a in attestations)]
 
 
-def why_missing(target, attestations: list[dict], *, built_at: str | None = None, image_id: str | None = None) -> str:
+def why_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None, image_id: str | None = None) -> str:
     """One phrase per missing pool: its description and the last attestation's reason (for the refusal)."""
     out = []
     for p in target.pools:
@@ -79,8 +83,9 @@ def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool) -> N
         raise PromotionRefused(msg)
 
     if t.pools:
-        preds = [p for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
-                 if isinstance(p, dict) and p.get("gpu")]
+        reps = [Report.of(p, f"{ref}: signed validation statement")
+                for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)]
+        preds = [r for r in reps if r.gpu]
         kw = {"built_at": record.built_at, "image_id": record.image_id}
         missing = pools_missing(t, preds, **kw)
         if missing:

@@ -36,6 +36,8 @@ from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import Evidence, PromotionRecord
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Evidence as ReportEvidence
+from gpuforge.validate.report_model import Report
 
 
 def pushed_digest(status: str, tag: str) -> str | None:
@@ -133,27 +135,10 @@ def _refuse(t_id: str, why: str) -> None:
     raise PromotionRefused(msg)
 
 
-def _is_gpu_run(pred: dict) -> bool:
-    return bool(pred.get("gpu")) and bool((pred.get("evidence") or {}).get("gpu_required"))
-
-
-def gpu_summary(pred: dict) -> tuple[str | None, str | None]:
-    """(GPU model, driver) as the signed run saw them."""
-    facts = pred.get("facts") or {}
-    gpus = facts.get("gpus") or (facts.get("driver") or {}).get("gpus") or []
-    model = ", ".join(sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})) or None
-    driver = (facts.get("driver") or {}).get("driver") if isinstance(facts.get("driver"), dict) else None
-    return model, driver
-
-
-def _when(pred: dict) -> str | None:
-    run = pred.get("run") or {}
-    if run.get("signed_at"):
-        return str(run["signed_at"])
-    started = pred.get("started")
-    if isinstance(started, int | float):
-        return dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
-    return None
+def signed_reports(ref: str, signed: list[attest.Signed]) -> dict[int, Report]:
+    """Each signed validation statement on `ref` as a Report, by layer index: one of another shape is one line
+    (StateError, exit 8), never a guess."""
+    return {s.index: Report.of(s.predicate, f"{ref}: signed validation statement (layer {s.index + 1})") for s in signed}
 
 
 def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require_gpu: bool,
@@ -171,40 +156,42 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
         _refuse(who, f"{ref} carries no signed validation attestation that verifies (sign in the validating run: "
                      f"`gpuforge validate --attest --sign-key KEY {who}` after `gpuforge push`)")
 
+    reports = signed_reports(ref, signed)
+
     def check(s: attest.Signed, what: str, gpu: bool) -> None:
-        p = s.predicate
-        n_green_before = sum(not evidence.problems(o.predicate) for o in signed if o.index < s.index)
+        p = reports[s.index]
+        n_green_before = sum(not evidence.problems(reports[o.index]) for o in signed if o.index < s.index)
         where = f"the newest signed {what} statement on {ref} (layer {s.index + 1} of the attestations"
         where += f", newer than {n_green_before} green one(s))" if n_green_before else ")"
-        if not isinstance(p.get("run"), dict) or not p["run"].get("signed_in_run"):
+        if not (p.run and p.run.signed_in_run):
             _refuse(who, f"{where} was not signed by the validating run (a report file signed after the fact); "
                          "re-validate with `gpuforge validate --attest`")
         probs = evidence.problems(p, require_gpu=gpu)
         if probs:
             _refuse(who, f"{where} is not evidence: {'; '.join(probs)}")
-        ev = p.get("evidence") or {}
-        if not isinstance(ev.get("image_id"), str) or not is_image(ev["image_id"]):
-            _refuse(who, f"{where} is for image {str(ev.get('image_id'))[:19]}, not {image_id[:19]}")
-        if check_validator_set and ev.get("validator_set") != evidence.validator_set_hash():
-            _refuse(who, f"{where} was made by another validator set ({str(ev.get('validator_set'))[:19]}, this "
+        ev = p.evidence or ReportEvidence()
+        if not ev.image_id or not is_image(ev.image_id):
+            _refuse(who, f"{where} is for image {str(ev.image_id)[:19]}, not {image_id[:19]}")
+        if check_validator_set and ev.validator_set != evidence.validator_set_hash():
+            _refuse(who, f"{where} was made by another validator set ({str(ev.validator_set)[:19]}, this "
                          f"checkout has {evidence.validator_set_hash()[:19]}); re-run validation")
 
     newest = signed[-1]
-    check(newest, "validation", _is_gpu_run(newest.predicate) and require_gpu)
+    rep = reports[newest.index]
+    check(newest, "validation", rep.gpu_run() and require_gpu)
     gpu_layer = model = driver = None
     if require_gpu:
-        gpu_runs = [s for s in signed if _is_gpu_run(s.predicate)]
+        gpu_runs = [s for s in signed if reports[s.index].gpu_run()]
         if not gpu_runs:
             _refuse(who, f"{ref} carries no signed GPU validation (prod requires GPU evidence: run "
                          f"`gpuforge validate --gpu --attest` on a GPU runner, or pass --allow-no-gpu to promote without it)")
         check(gpu_runs[-1], "GPU validation", True)
         gpu_layer = gpu_runs[-1].layer
-        model, driver = gpu_summary(gpu_runs[-1].predicate)
-    elif _is_gpu_run(newest.predicate):
-        model, driver = gpu_summary(newest.predicate)
+        model, driver = reports[gpu_runs[-1].index].gpu_summary()
+    elif rep.gpu_run():
+        model, driver = rep.gpu_summary()
     return Evidence(validation=newest.layer, green=True, gpu=gpu_layer, gpu_model=model, driver=driver,
-                    validated_at=_when(newest.predicate),
-                    validator_set=(newest.predicate.get("evidence") or {}).get("validator_set"))
+                    validated_at=rep.validated_at(), validator_set=rep.evidence.validator_set if rep.evidence else None)
 
 
 def env_tags(t: Target, tag: str, env: str) -> list[str]:

@@ -21,6 +21,7 @@ from gpuforge.registry.client import Registry
 from gpuforge.state.records import Records
 from gpuforge.validate import pytest_run
 from gpuforge.validate import sbom as cyclonedx
+from gpuforge.validate.report_model import Report
 
 
 def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
@@ -39,14 +40,17 @@ def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     return str(pushed.pinned(rec.digest))
 
 
-def statement(rep: dict, ref: str) -> dict:
-    """The validation predicate: the run's report plus who signed it, and that it was signed in the run."""
+def statement(rep: dict | Report, ref: str) -> dict:
+    """The validation predicate: the run's report plus who signed it, and that it was signed in the run (checked
+    against the report's shape before it is signed, so promotion can read what was signed)."""
+    report = Report.of(rep, "the report to sign")
     info = runinfo.current().model_dump(mode="json")
-    return {**rep, "run": {**rep.get("run", {}), **info, "signed_in_run": True, "subject": ref,
-                           "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}}
+    run = {**(report.run.model_dump(exclude_unset=True) if report.run else {}), **info, "signed_in_run": True,
+           "subject": ref, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    return Report.of({**report.dump(), "run": run}, "the statement to sign").dump()
 
 
-def sign_report(ref: str, rep: dict, *, signer: attest.Signer, inventory: dict | None = None, os_name: str = "") -> None:
+def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, inventory: dict | None = None, os_name: str = "") -> None:
     """Sign one run's report (and the image's inventory) onto `ref`. The only signing path for evidence."""
     attest.attest_data(ref, statement(rep, ref), attest.VALIDATION_TYPE, signer=signer)
     if inventory:
@@ -65,7 +69,7 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
         sign_report(refs[t.id], rep, signer=signer, inventory=inventory if not gpu else None, os_name=t.os)
-        verdict = "green" if rep.get("green") else "NOT green"
+        verdict = "green" if Report.of(rep).green else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
               flush=True)
 

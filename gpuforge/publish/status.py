@@ -7,17 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-from gpuforge.errors import ConfigError
+from gpuforge.errors import ConfigError, StateError
 from gpuforge.plan.matrix import Target
 from gpuforge.plan.target import ImageRef
 from gpuforge.publish import history
-from gpuforge.publish.promote import _is_gpu_run, _when, env_tags, gpu_summary
+from gpuforge.publish.promote import env_tags, signed_reports
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 ENVS = ("dev", "prod")
 
@@ -35,14 +36,15 @@ def evidence_summary(ref: str, verifier: attest.Verifier) -> dict:
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
         return {"signed": 0, "green": False, "gpu": None}
-    newest = signed[-1].predicate
-    gpu_runs = [s.predicate for s in signed if _is_gpu_run(s.predicate)]
-    out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": _when(newest),
-           "run": (newest.get("run") or {}).get("id"), "gpu": None}
+    reports = signed_reports(ref, signed)
+    newest = reports[signed[-1].index]
+    gpu_runs = [reports[s.index] for s in signed if reports[s.index].gpu_run()]
+    out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": newest.validated_at(),
+           "run": newest.run.id if newest.run else None, "gpu": None}
     if gpu_runs:
-        model, driver = gpu_summary(gpu_runs[-1])
+        model, driver = gpu_runs[-1].gpu_summary()
         out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
-                      "validated_at": _when(gpu_runs[-1])}
+                      "validated_at": gpu_runs[-1].validated_at()}
     return out
 
 
@@ -104,12 +106,16 @@ def _report_state(path: Path, digest: str | None) -> str:
     'missing' or 'unreadable'. Only signed statements decide promotion; this tells a reader whether the file beside
     them is the run's."""
     try:
-        rep = json.loads(path.read_text())
+        raw = json.loads(path.read_text())
     except FileNotFoundError:
         return "missing"
     except (OSError, ValueError):
         return "unreadable"
-    return "as validated" if isinstance(rep, dict) and evidence.digest_of(rep) == digest else "changed since validate"
+    try:  # a file of another shape is not what the run wrote: said, not fatal (status reports, it does not judge)
+        rep = Report.of(raw, str(path))
+    except StateError:
+        return "changed since validate"
+    return "as validated" if evidence.digest_of(rep) == digest else "changed since validate"
 
 
 def _short(d: str | None) -> str:

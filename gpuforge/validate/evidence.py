@@ -21,6 +21,7 @@ import sys
 from gpuforge import __version__, paths
 from gpuforge.errors import ValidationFailed
 from gpuforge.image import compat
+from gpuforge.validate.report_model import Check, Report
 
 # (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
 # for. The "no GPU" reasons never count in a GPU run.
@@ -61,8 +62,9 @@ def required_checks(gpu: bool) -> tuple[str, ...]:
     return ids
 
 
-def stamp(rep: dict, *, required: tuple[str, ...], gpu: bool) -> dict:
+def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool) -> dict:
     """The evidence block validate adds to a report (host-side facts, not the plugin's)."""
+    rep = data(rep)
     ran = {c["id"] for c in rep.get("checks", [])}
     return {
         "required": list(required),
@@ -77,10 +79,10 @@ def stamp(rep: dict, *, required: tuple[str, ...], gpu: bool) -> dict:
     }
 
 
-def gpu_host(rep: dict) -> dict:
+def gpu_host(rep: dict | Report) -> dict:
     """The GPU host a GPU run saw (from the driver facts the validators gather): what prod's per-pool check
     matches a fleet pool against (gpuforge.publish.prod.pools_missing). The runner is the CI runner's name."""
-    drv = rep.get("facts", {}).get("driver") or {}
+    drv = data(rep).get("facts", {}).get("driver") or {}
     gpus = drv.get("gpus") or []
     names = sorted({str(g.get("name", "")) for g in gpus})
     return {
@@ -93,8 +95,14 @@ def gpu_host(rep: dict) -> dict:
     }
 
 
-def skip_reason(check: dict) -> str:
-    return (check.get("message") or "").strip().removeprefix("Skipped: ")
+def data(rep: dict | Report) -> dict:
+    """A report as its JSON data: the verdict and the digest are of what was written (and signed), key for key."""
+    return rep.dump() if isinstance(rep, Report) else rep
+
+
+def skip_reason(check: dict | Check) -> str:
+    message = check.message if isinstance(check, Check) else check.get("message")
+    return (message or "").strip().removeprefix("Skipped: ")
 
 
 def _skip_allowed(check: dict, gpu_run: bool) -> bool:
@@ -102,8 +110,9 @@ def _skip_allowed(check: dict, gpu_run: bool) -> bool:
                and (gpu_ok or not gpu_run) for m, n, r, gpu_ok in ALLOWED_SKIPS)
 
 
-def problems(rep: dict, *, require_gpu: bool = False) -> list[str]:
+def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
     """Why a report is not evidence (empty: it is green). Judged from the content, never its `green` field."""
+    rep = data(rep)
     ev = rep.get("evidence")
     if not ev:
         return ["it has no evidence block (not written by `gpuforge validate`)"]
@@ -146,9 +155,9 @@ def _canon(v):
     return v
 
 
-def digest_of(rep: dict) -> str:
+def digest_of(rep: dict | Report) -> str:
     """sha256 of a report's canonical JSON: recorded at validation, so `status` can say whether a report file still
     holds what the run wrote (promotion judges only signed statements; compare also with
     the signed predicate on the registry)."""
-    text = json.dumps(_canon(rep), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(_canon(data(rep)), sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

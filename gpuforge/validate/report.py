@@ -21,26 +21,25 @@ from gpuforge import __version__, paths
 from gpuforge.errors import FatalError, StateError
 from gpuforge.state import files
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 # The headlines report.md opens with (one of these, after "**Verdict:** ").
 GREEN, RED, PARTIAL, NO_GPU = "GREEN", "RED", "PARTIAL", "not promotable to prod: no GPU check"
 
 
-def load(path: Path) -> dict:
-    """A report file (never followed through a symlink), or one error line naming it."""
+def read(path: Path) -> Report:
+    """A report file (never followed through a symlink) through the report's shape, or one error line naming it."""
     text = files.read_text(path)
     if text is None:
         msg = f"no validation report at {path}; run `gpuforge validate` first"
         raise StateError(msg)
-    try:
-        rep = json.loads(text)
-    except json.JSONDecodeError as e:
-        msg = f"{path}: report is not valid JSON ({e.msg} at line {e.lineno}; truncated?); re-run validation"
-        raise StateError(msg) from None
-    if not isinstance(rep, dict) or not isinstance(rep.get("checks", []), list):
-        msg = f"{path}: not a validation report (expected an object with a checks list); re-run validation"
-        raise StateError(msg)
-    return rep
+    return Report.from_json(text, str(path))
+
+
+def load(path: Path) -> dict:
+    """A report file as its JSON data, checked through the report's shape (read) on the way: what the test suites
+    and report.md read key by key."""
+    return read(path).dump()
 
 
 def is_green(rep: dict, *, require_gpu: bool = False) -> bool:

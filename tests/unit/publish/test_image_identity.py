@@ -63,7 +63,7 @@ def _registry_holding(monkeypatch, m: Manifest, rec: dict) -> SimpleNamespace:
                                                         (IMAGE, "sha256:" + "0" * 64, False), (IMAGE, None, False)])
 def test_resume_and_rollback_judge_evidence_by_the_manifest(monkeypatch, at, evidence_id, ok):
     """With no build record, the evidence must name an image the manifest at the digest holds."""
-    pred = {"run": {"signed_in_run": True}, "evidence": {"image_id": evidence_id}}
+    pred = {"exit_status": 0, "gpu": False, "checks": [], "run": {"signed_in_run": True}, "evidence": {"image_id": evidence_id}}
     monkeypatch.setattr(attest, "verified_statements", lambda *_a: [attest.Signed(predicate=pred, layer="l", index=0)])
     monkeypatch.setattr(promote.evidence, "problems", lambda *_a, **_k: [])  # a green report (tested elsewhere)
     judge = lambda: promote.judge(f"127.0.0.1:5000/r@{at.digest}", at, None, require_gpu=False,  # noqa: E731

@@ -13,7 +13,7 @@ IMG, DIGEST = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 
 
 def test_a_report_file_is_as_validated_until_it_is_edited(tmp_path):
-    rep = {"target": "t", "green": True, "checks": []}
+    rep = {"target": "t", "exit_status": 0, "gpu": False, "green": True, "checks": []}
     f = tmp_path / "report.json"
     f.write_text(json.dumps(rep))
     rec = BuildRecord(image_id=IMG, digest=DIGEST, report=str(f), report_digest=evidence.digest_of(rep),
