@@ -31,12 +31,12 @@ def test_a_real_report_round_trips_unchanged(path):
     assert rep.checks and rep.checks[0].id == json.loads(text)["checks"][0]["id"]
 
 
-def test_a_finished_and_signed_report_round_trips_with_its_digest(monkeypatch):
+def test_a_finished_and_signed_report_round_trips_with_its_digest():
     from gpuforge.publish import signed_run
 
     rep = gpu_report(base_from_h200_run(), started=1.0)
     text = report.to_json(rep)
-    typed = report.Report.from_json(text, "r.json")
+    typed = Report.from_json(text, "r.json")
     assert report.to_json(typed.dump()) == text and evidence.digest_of(typed) == evidence.digest_of(rep)
     assert typed.evidence.gpu_host.gpu_models == ["H200"] and typed.gpu_run()
     stmt = signed_run.statement(rep, "r/x@sha256:" + "e" * 64)
