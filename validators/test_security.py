@@ -103,10 +103,14 @@ def test_build_ca_nowhere_in_filesystem(root_host, image, pytestconfig, timeout,
         pytest.skip("no --gpuforge-ca given: the build used no extra CA bundle")
     needles = _distinct_certs(ca, root_host, timeout)
     facts["ca_certs_searched"] = len(needles)
-    for n in needles:
-        hits = sh(root_host, "grep -rlF --exclude-dir=proc --exclude-dir=sys -e %s / 2>/dev/null | head", n[:60],
-                  timeout=timeout, check=False).stdout.split()
-        assert not hits, f"the build's CA certificate landed in the image: {hits}"
+    if not needles:
+        return
+    # one pass over the filesystem for all the certificates (a file holding any of them is a hit): a whole-image grep
+    # per certificate was the validator suite's longest check (21.5 s for 3 certificates); bytes, not characters
+    patterns = " ".join("-e %s" for _ in needles)
+    hits = sh(root_host, f"LC_ALL=C grep -rlF --exclude-dir=proc --exclude-dir=sys {patterns} / 2>/dev/null | head",
+              *(n[:60] for n in needles), timeout=timeout, check=False).stdout.split()
+    assert not hits, f"the build's CA certificate landed in the image: {hits}"
 
 
 def test_history_has_no_secrets(image, pytestconfig):
