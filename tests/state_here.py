@@ -62,8 +62,10 @@ def push_kw() -> dict:
 
 def promote_kw(sign_key: str | None, key: str | None = None) -> dict:
     """`key`: the public key (else GPUFORGE_COSIGN_PUBLIC_KEY or the keyless identity); `sign_key` signs the records."""
-    return {"records": records.here(), "auth": auth(), "verifier": verifier(key), "signer": signer(sign_key)}
+    return {"records": records.here(), "auth": auth(), "verifier": verifier(key), "signer": signer(sign_key),
+            "require_cve": bool(options.setting("prod_require_cve"))}  # as the CLI: GPUFORGE_PROD_REQUIRE_CVE
 
 
-def build_kw() -> dict:
-    return {"records": records.here(), "log_dir": log_dir()}
+def build_kw(**given) -> dict:
+    """BuildOptions' records and log_dir as the CLI resolves them; `given` (e.g. log_dir=tmp_path) wins."""
+    return {"records": records.here(), "log_dir": log_dir()} | given

@@ -86,8 +86,7 @@ def test_entrypoint_only_change_reuses_the_torch_layer(default_build, docker_eng
     with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
         f.write(marker + "\n")
     t2 = dataclasses.replace(t, tags=("gpuforge-test/rebuild:entrypoint",))  # same id: same COPY paths, same cache keys
-    [res] = build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
-                                                         log_dir=tmp_path))
+    [res] = build.build_targets([t2], build.BuildOptions(**state_here.build_kw(log_dir=tmp_path), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain"))
     print(f"\nwarm rebuild after an entrypoint-only change: {res.seconds:.1f} s")
     steps = _steps(res.log.read_text())
     [entry] = [k for k, (instr, _) in steps.items() if instr.startswith("COPY images/context/entrypoint.sh")] or [None]
@@ -115,8 +114,8 @@ def test_failed_target_gets_no_tag_and_others_still_build(default_build, docker_
     base = docker_engine.images.get(t.base_image)
     base.tag("gpuforge-test/broken", "latest")  # an existing tag that a failed build must not move
     with pytest.raises(BuildError, match="1 of 2 target"):
-        build.build_targets([bad, good], build.BuildOptions(**state_here.build_kw(), context_root=ctx, jobs=2, keep_going=True, progress="plain",
-                                                            extra_ca=str(test_ca["bundle"]), log_dir=tmp_path / "logs"))
+        build.build_targets([bad, good], build.BuildOptions(**state_here.build_kw(log_dir=tmp_path / "logs"), context_root=ctx, jobs=2, keep_going=True, progress="plain",
+                                                            extra_ca=str(test_ca["bundle"])))
     err = capsys.readouterr().err
     log = tmp_path / "logs" / f"{bad.id}.log"
     assert f"log: {log}" in err
@@ -262,8 +261,7 @@ def test_untrusted_proxy_certificate_is_named_in_the_error(default_build, docker
     df = ctx / "images" / "dist" / t.id / "Dockerfile"
     df.write_text(df.read_text().replace("python3 -m venv /opt/venv", f"python3 -m venv /opt/venv && : {uuid.uuid4().hex}", 1))
     with pytest.raises(BuildError):
-        build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(only_fresh), progress="plain",
-                                                     log_dir=tmp_path / "logs"))
+        build.build_targets([t2], build.BuildOptions(**state_here.build_kw(log_dir=tmp_path / "logs"), context_root=ctx, extra_ca=str(only_fresh), progress="plain"))
     err = capsys.readouterr().err
     assert "TLS certificate verification failed" in err and "--extra-ca" in err, err[-2000:]
 

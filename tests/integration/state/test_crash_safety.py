@@ -158,8 +158,7 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
     new = None
     try:
         with pytest.raises(StateError) as e:
-            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
-                                                         log_dir=tmp_path / "logs"))
+            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(log_dir=tmp_path / "logs"), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain"))
         assert e.value.return_code == 8 and "read-only file system" in str(e.value) and str(state) in str(e.value)
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not record it, so no tag moved", capsys.readouterr().err)
         assert new, "the build did not say what it built and why no tag moved"
@@ -196,8 +195,7 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
     new = None
     try:
         with pytest.raises(BuildError):
-            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain",
-                                                         log_dir=tmp_path / "logs"))
+            build.build_targets([t2], build.BuildOptions(**state_here.build_kw(log_dir=tmp_path / "logs"), context_root=ctx, extra_ca=str(test_ca["bundle"]), progress="plain"))
         err = capsys.readouterr().err
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not tag it gpuforge-test/NOT_A_VALID_REPO:x", err)
         assert new and "its tags and record were put back" in err, err[-2000:]
