@@ -119,16 +119,21 @@ def _fresh_options():
 @pytest.fixture(scope="session")
 def test_ca(tmp_path_factory):
     """An extra CA bundle for the build: the host's trust store (the TLS proxy's CA lives there) plus a
-    freshly made CA whose bytes must then appear nowhere in the image."""
-    d = tmp_path_factory.mktemp("ca")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gpuforge test CA",
-                    "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt")], check=True, capture_output=True)
-    cert = (d / "ca.crt").read_text()
-    host = Path("/etc/ssl/certs/ca-certificates.crt")
-    bundle = d / "bundle.pem"
-    bundle.write_text((host.read_text() if host.exists() else "") + cert)
-    needle = cert.splitlines()[1]  # a line of the certificate's base64 body
-    return {"bundle": bundle, "needle": needle.encode()}
+    freshly made CA whose bytes must then appear nowhere in the image. Once per run, as the default build that
+    carries it: every worker then searches the image for the CA it was built with."""
+    with once_per_run("test-ca") as (made, save):
+        if made is None:
+            d = tmp_path_factory.mktemp("ca")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                            "/CN=gpuforge test CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt")],
+                           check=True, capture_output=True)
+            cert = (d / "ca.crt").read_text()
+            host = Path("/etc/ssl/certs/ca-certificates.crt")
+            bundle = d / "bundle.pem"
+            bundle.write_text((host.read_text() if host.exists() else "") + cert)
+            made = {"bundle": str(bundle), "needle": cert.splitlines()[1]}  # a line of the certificate's base64 body
+            save(made)
+    return {"bundle": Path(made["bundle"]), "needle": made["needle"].encode()}
 
 
 @contextlib.contextmanager

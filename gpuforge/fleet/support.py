@@ -194,7 +194,8 @@ def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
     ev = Evidence(target=t, digest=digest, built_at=rec.built_at if rec and rec.digest == digest else None)
     if digest:
         ref = str(pushed.pinned(digest))
-        ev.validation = attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)
+        ev.validation = [Report.of(p, "signed validation statement")  # typed, as __post_init__ types them
+                         for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)]
         ev.cve = attest.verified_predicates(ref, cve.CVE_TYPE, verifier)
         ev.inventory = attest.verified_predicates(ref, attest.INVENTORY_TYPE, verifier)
     return ev

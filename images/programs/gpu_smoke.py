@@ -227,26 +227,36 @@ def _compile_one_mode(mode: str, a, w, b, ref) -> dict:
     return {"rel_err": err, "compile_s": round(time.perf_counter() - t0, 2), "ok": err < smoke_verdicts.COMPILE_MODE_REL_ERR}
 
 
-def _compile_modes_apart(modes) -> dict:
-    """Each mode in a fresh process of this program (--compile-mode M), concurrently; their results merged."""
+def _compile_modes_apart(modes, timeout: float = 1500) -> dict:
+    """Each mode in a fresh process of this program (--compile-mode M), concurrently, against one deadline (inside
+    the 1800 s its own isolated parent is given); their results merged. Output goes to files, not pipes: a chatty
+    child (autotune tables) never blocks on a full pipe while its sibling is read."""
     procs = {}
     for mode in modes:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")}
-        procs[mode] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", "compile_modes",
-                                        "--compile-mode", mode, "--thresholds", json.dumps(TH)],
-                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out: dict = {}
-    for mode, p in procs.items():
+        out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", "compile_modes",
+                              "--compile-mode", mode, "--thresholds", json.dumps(TH)],
+                             env=env, stdout=out, stderr=err, text=True)
+        procs[mode] = (p, out, err)
+    deadline = time.monotonic() + timeout
+    got: dict = {}
+    for mode, (p, out, err) in procs.items():
         try:
-            text, errs = p.communicate(timeout=1800)
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            text, errs = p.communicate()
+            p.kill()  # never left running on the GPU past its parent
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        text, errs = out.read(), err.read()
+        out.close()
+        err.close()
         try:
-            out[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
+            got[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
         except (IndexError, KeyError, TypeError, json.JSONDecodeError):
-            out[mode] = {"ok": False, "error": f"mode process exit {p.returncode}: {(errs + text)[-2000:]}"}
-    return out
+            got[mode] = {"ok": False, "error": f"mode process exit {p.returncode}: {(errs + text)[-2000:]}"}
+    return got
 
 
 def check_compile_modes() -> dict:

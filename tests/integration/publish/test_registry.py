@@ -7,7 +7,7 @@ FIXTURES, said where used: the GPU statements (no GPU here) are made from docs/m
 a real H200 run, merged into this run's report; the statements of the derived image (a one-file layer on the
 default image, the cheap second digest rollback needs) are this run's report with that image's id. Both go
 through the real signing path (gpuforge.publish.signed_run.sign_report, cosign with the test key) and say
-`"fixture": ...` inside.
+`"facts": {"fixture": ...}` inside.
 
 Cost: one push of the default image (~3 min on 2 cores), one full validator run, one skopeo copy to the
 token registry and one to the open registry (blobs stay compressed), then manifest copies and cosign calls
@@ -142,7 +142,7 @@ def pushed(default_build, auth_registry, cosign_keys, tmp_path_factory):
 
 def _fixture_rep(base: dict, note: str, image_id: str | None = None) -> dict:
     rep = copy.deepcopy(base)
-    rep["fixture"] = f"FIXTURE (tests/integration/publish/test_registry.py): {note}; not a run of this image"
+    rep["facts"]["fixture"] = f"FIXTURE (tests/integration/publish/test_registry.py): {note}; not a run of this image"
     if image_id:
         rep["facts"]["image_id"] = rep["evidence"]["image_id"] = image_id
     return rep
