@@ -227,35 +227,43 @@ def _compile_one_mode(mode: str, a, w, b, ref) -> dict:
     return {"rel_err": err, "compile_s": round(time.perf_counter() - t0, 2), "ok": err < smoke_verdicts.COMPILE_MODE_REL_ERR}
 
 
-def _compile_modes_apart(modes, timeout: float = 1500) -> dict:
-    """Each mode in a fresh process of this program (--compile-mode M), concurrently, against one deadline (inside
-    the 1800 s its own isolated parent is given); their results merged. Output goes to files, not pipes: a chatty
-    child (autotune tables) never blocks on a full pipe while its sibling is read."""
-    procs = {}
-    for mode in modes:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")}
-        out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
-        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", "compile_modes",
-                              "--compile-mode", mode, "--thresholds", json.dumps(TH)],
-                             env=env, stdout=out, stderr=err, text=True)
-        procs[mode] = (p, out, err)
-    deadline = time.monotonic() + timeout
-    got: dict = {}
-    for mode, (p, out, err) in procs.items():
+def _start_child(args: list[str], env: dict):
+    """This program in a fresh process. Output goes to files, not pipes: a chatty child (autotune tables) never blocks
+    on a full pipe while another is waited on. Returns finish(timeout) -> (exit code, stdout, stderr); a child still
+    running at its timeout is killed, never left on the GPU past its parent."""
+    out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], env=env, stdout=out, stderr=err, text=True)
+
+    def finish(timeout: float) -> tuple[int, str, str]:
         try:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            p.kill()  # never left running on the GPU past its parent
+            p.kill()
             p.wait()
         out.seek(0)
         err.seek(0)
         text, errs = out.read(), err.read()
         out.close()
         err.close()
+        return p.returncode, text, errs
+    return finish
+
+
+def _compile_modes_apart(modes, timeout: float = 1500) -> dict:
+    """Each mode in a fresh process of this program (--compile-mode M), concurrently, against one deadline (inside
+    the 1800 s its own isolated parent is given); their results merged."""
+    finish = {mode: _start_child(["--serial", "--only", "compile_modes", "--compile-mode", mode, "--thresholds",
+                                  json.dumps(TH)],
+                                 {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")})
+              for mode in modes}
+    deadline = time.monotonic() + timeout
+    got: dict = {}
+    for mode, done in finish.items():
+        rc, text, errs = done(max(1.0, deadline - time.monotonic()))
         try:
             got[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
         except (IndexError, KeyError, TypeError, json.JSONDecodeError):
-            got[mode] = {"ok": False, "error": f"mode process exit {p.returncode}: {(errs + text)[-2000:]}"}
+            got[mode] = {"ok": False, "error": f"mode process exit {rc}: {(errs + text)[-2000:]}"}
     return got
 
 
@@ -738,28 +746,16 @@ def spawn_isolated(name: str, thresholds: dict):
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
     env.pop("TRITON_CACHE_DIR", None)
     t0 = time.perf_counter()
-    out = tempfile.TemporaryFile(mode="w+")  # files, not pipes: a chatty child never blocks on a full pipe
-    err = tempfile.TemporaryFile(mode="w+")
     apart = ["--compile-modes-apart"] if name == "compile_modes" else []
-    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serial", "--only", name, *apart,
-                          "--thresholds", json.dumps(thresholds)], env=env, stdout=out, stderr=err, text=True)
+    finish = _start_child(["--serial", "--only", name, *apart, "--thresholds", json.dumps(thresholds)], env)
 
     def result() -> dict:
-        try:
-            p.wait(timeout=1800)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        out.seek(0)
-        err.seek(0)
-        text, errs = out.read(), err.read()
-        out.close()
-        err.close()
+        rc, text, errs = finish(1800)
         wall = round(time.perf_counter() - t0, 2)
         try:
             res = json.loads(text.strip().splitlines()[-1])["checks"][name]
         except (IndexError, KeyError, json.JSONDecodeError):
-            return {"ok": False, "error": f"isolated process exit {p.returncode}: {(errs + text)[-2000:]}",
+            return {"ok": False, "error": f"isolated process exit {rc}: {(errs + text)[-2000:]}",
                     "process_s": wall}
         res["process_s"] = wall  # its own seconds plus the process's start (imports, CUDA) and exit
         return res
