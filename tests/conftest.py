@@ -223,6 +223,8 @@ def _tree_state() -> dict[str, str] | None:
 
 def pytest_sessionstart(session):
     session.config._gpuforge_tree = _tree_state()
+    if not hasattr(session.config, "workerinput"):  # the controller (or the only process) watches the disk
+        _DISK.begin()
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -263,12 +265,68 @@ _MODULE_TESTS: dict[str, int] = {}
 
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::", 1)[0]
+    node = getattr(report, "node", None)  # in xdist's controller: the worker that ran the test
+    _DISK.running[node.gateway.id if node else "main"] = module
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _MODULE_TESTS[module] = _MODULE_TESTS.get(module, 0) + 1
 
 
+# --- the disk the run takes: CI once ran out of it (two workers, each with a 6 GB image in flight) ----------------------
+class _DiskWatch:
+    """Samples the free space of the filesystems the run writes to (the engine's data root, /tmp, /var/tmp) every 2 s
+    in the controlling process; the summary prints the lowest, when, and which modules were running then."""
+
+    PATHS = ("/var/lib/docker", "/tmp", "/var/tmp")
+
+    def __init__(self):
+        self.running: dict[str, str] = {}  # worker -> the module of its latest report
+        self.start: dict[str, int] = {}
+        self.low: dict[str, tuple[int, float, str]] = {}  # filesystem -> (free bytes, seconds in, modules then)
+        self.t0 = 0.0
+
+    def _devices(self) -> dict[str, str]:
+        seen = {}
+        for p in self.PATHS:
+            with contextlib.suppress(OSError):
+                seen.setdefault(str(os.stat(p).st_dev), p)
+        return seen
+
+    def begin(self):
+        import shutil
+        import threading
+        import time
+
+        self.t0 = time.monotonic()
+        devs = self._devices()
+        self.start = {p: shutil.disk_usage(p).free for p in devs.values()}
+
+        def sample():
+            while True:
+                for p in devs.values():
+                    with contextlib.suppress(OSError):
+                        free = shutil.disk_usage(p).free
+                        if p not in self.low or free < self.low[p][0]:
+                            self.low[p] = (free, time.monotonic() - self.t0, ", ".join(sorted(set(self.running.values()))))
+                time.sleep(2)
+
+        threading.Thread(target=sample, daemon=True, name="disk-watch").start()
+
+    def lines(self) -> list[str]:
+        gb = 1e9
+        return [f"{p}: {self.start[p] / gb:.1f} GB free at the start, lowest {free / gb:.1f} GB "
+                f"({(self.start[p] - free) / gb:.1f} GB taken) at {at:.0f} s, while {mods or 'no module had reported'}"
+                for p, (free, at, mods) in self.low.items()]
+
+
+_DISK = _DiskWatch()
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _DISK.low:
+        terminalreporter.section("disk")
+        for line in _DISK.lines():
+            terminalreporter.write_line(line)
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values())

@@ -152,9 +152,12 @@ class LocalRegistry(Registry):
             pytest.fail(str(e))
 
     def stop(self):
+        """Stops it and deletes what it stored: a push of the default image is 3 GB, and pytest keeps the
+        directory (CI ran out of disk with them kept). Its log and config stay for a failed test's reader."""
         super().stop()
         if self.tokens:
             self.tokens.stop()
+        shutil.rmtree(self.d / "data", ignore_errors=True)
 
 
 # The image reference docs/promotion.md's consumer verify command names; tests swap in their own (and the key file).
