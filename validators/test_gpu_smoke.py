@@ -73,10 +73,13 @@ def _runner_count() -> int | None:
 
 
 @pytest.fixture(scope="module")
-def device(host, programs, gpu, timeout):
-    """A quick probe of what CUDA sees (the full smoke run is not needed for the count)."""
+def device(request, host, programs, gpu, timeout):
+    """What CUDA sees: the full smoke's own device check when this run has smoke checks (a GPU process's start is
+    seconds of the smoke's wall: one, not two), else a quick probe of the count alone."""
     if not gpu:
         pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
+    if any("smoke" in item.fixturenames for item in request.session.items):
+        return request.getfixturevalue("smoke")["device"]
     r = sh(host, "python3 %s --only device", f"{programs}/gpu_smoke.py", timeout=max(timeout, 300), check=False)
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])["checks"]["device"]

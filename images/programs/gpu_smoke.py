@@ -208,6 +208,7 @@ def _mm_bias_gelu(a, w, b):
 
 
 COMPILE_MODES = smoke_verdicts.COMPILE_MODES
+COMPILE_MODE_SIZE = 64  # M = N = K of the GEMM + bias + GELU each mode compiles
 # Set by --compile-mode (this process compiles that mode only) or --compile-modes-apart (each mode in a child
 # process of its own, all at once: max-autotune's GEMM tuning is most of the check, and reduce-overhead no longer
 # waits behind it). A plain or --serial run compiles them here, one after another.
@@ -249,22 +250,31 @@ def _start_child(args: list[str], env: dict):
     return finish
 
 
+def _start_modes(modes, thresholds: dict):
+    """Each mode in a fresh process of this program (--compile-mode M, its own empty Inductor cache), all at once.
+    Returns finish(timeout) -> {mode: result}: the processes share that one deadline; one still running is killed."""
+    started = {mode: _start_child(["--serial", "--only", "compile_modes", "--compile-mode", mode, "--thresholds",
+                                   json.dumps(thresholds)],
+                                  {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")})
+               for mode in modes}
+
+    def finish(timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        got: dict = {}
+        for mode, done in started.items():
+            rc, text, errs = done(max(0.1, deadline - time.monotonic()))
+            try:
+                got[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
+            except (IndexError, KeyError, TypeError, json.JSONDecodeError):
+                got[mode] = {"ok": False, "error": f"mode process exit {rc}: {(errs + text)[-2000:]}"}
+        got["ok"] = all(v.get("ok") for v in got.values() if isinstance(v, dict))
+        return got
+    return finish
+
+
 def _compile_modes_apart(modes, timeout: float = 1500) -> dict:
-    """Each mode in a fresh process of this program (--compile-mode M), concurrently, against one deadline (inside
-    the 1800 s its own isolated parent is given); their results merged."""
-    finish = {mode: _start_child(["--serial", "--only", "compile_modes", "--compile-mode", mode, "--thresholds",
-                                  json.dumps(TH)],
-                                 {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="gpuforge-smoke-mode-")})
-              for mode in modes}
-    deadline = time.monotonic() + timeout
-    got: dict = {}
-    for mode, done in finish.items():
-        rc, text, errs = done(max(1.0, deadline - time.monotonic()))
-        try:
-            got[mode] = json.loads(text.strip().splitlines()[-1])["checks"]["compile_modes"][mode]
-        except (IndexError, KeyError, TypeError, json.JSONDecodeError):
-            got[mode] = {"ok": False, "error": f"mode process exit {rc}: {(errs + text)[-2000:]}"}
-    return got
+    """--compile-modes-apart: the modes' processes started from this one, their results merged."""
+    return _start_modes(modes, TH)(timeout)
 
 
 def check_compile_modes() -> dict:
@@ -275,8 +285,10 @@ def check_compile_modes() -> dict:
         import torch
 
         torch.manual_seed(0)
-        a, w, b = (torch.randn(512, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"),
-                   torch.randn(1024, device="cuda"))
+        # A small GEMM: max-autotune clips its candidate tile configs to the problem and drops the duplicates, so it
+        # tunes a handful, not the ~20 of a 512x1024x1024 one (31.7 s of tuning there, the smoke's longest path).
+        n = COMPILE_MODE_SIZE
+        a, w, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.randn(n, device="cuda")
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = _mm_bias_gelu(a, w, b)
         out = {mode: _compile_one_mode(mode, a, w, b, ref) for mode in modes}
@@ -698,7 +710,7 @@ CHECKS = {
 EXTRA = {"aoti_cpp": check_aoti_cpp}
 # Compile-heavy and CPU-bound (Inductor, g++): each in a fresh process of its own, all at once.
 ISOLATED = ("aoti", "aoti_cpp", "compile_modes")
-# Started first here: their own child processes then start up while the other checks run.
+# Run first here (the isolated checks' processes are already starting up by then).
 FIRST = ("device", "compile_cache", "fusion")
 
 
@@ -740,17 +752,25 @@ def _plain(fn):
 
 
 def spawn_isolated(name: str, thresholds: dict):
-    """A check in a fresh process (this program, --serial --only NAME) with its own empty Inductor cache.
-    Returns a zero-argument function that waits for it and gives its result."""
+    """A check in fresh processes of this program with their own empty Inductor caches: compile_modes as one process
+    per mode, started from here (no process in between whose own start would come first), any other as
+    `--serial --only NAME`. Returns result(timeout=1800) -> its result; a process still running then is killed."""
+    t0 = time.perf_counter()
+    if name == "compile_modes":
+        modes = _start_modes(COMPILE_MODES, thresholds)
+
+        def merged(timeout: float = 1800) -> dict:
+            res = modes(timeout)
+            res["process_s"] = round(time.perf_counter() - t0, 2)  # the slowest mode's process, start to exit
+            return res
+        return merged
     cache = tempfile.mkdtemp(prefix=f"gpuforge-smoke-{name}-")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
     env.pop("TRITON_CACHE_DIR", None)
-    t0 = time.perf_counter()
-    apart = ["--compile-modes-apart"] if name == "compile_modes" else []
-    finish = _start_child(["--serial", "--only", name, *apart, "--thresholds", json.dumps(thresholds)], env)
+    finish = _start_child(["--serial", "--only", name, "--thresholds", json.dumps(thresholds)], env)
 
-    def result() -> dict:
-        rc, text, errs = finish(1800)
+    def result(timeout: float = 1800) -> dict:
+        rc, text, errs = finish(timeout)
         wall = round(time.perf_counter() - t0, 2)
         try:
             res = json.loads(text.strip().splitlines()[-1])["checks"][name]
@@ -766,13 +786,14 @@ def run_checks(names: list[str], checks: dict, *, serial: bool, isolated=ISOLATE
                judge=lambda name, res: res, log=lambda line: None) -> dict:
     """Run the named checks; return {name: result} in the order of `names`, each with its `seconds`.
 
-    Serial: each check runs here to its end, in order (a QUIET yield is resumed at once). Otherwise: `device`
-    first (nothing else runs without a GPU), then every isolated check is spawned, then the rest run here,
-    each up to its QUIET; once every isolated process has finished, the suspended checks resume one at a time.
+    Serial: each check runs here to its end, in order (a QUIET yield is resumed at once). Otherwise: every isolated
+    check is spawned first (their processes start up while `device` runs here), then `device` (nothing else runs
+    without a GPU: if it fails, the spawned processes are killed and nothing else runs), then the rest here, each
+    up to its QUIET; once every isolated process has finished, the suspended checks resume one at a time.
     """
     order = list(names) if serial else [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
     results: dict = {}
-    waiting: dict = {}
+    waiting: dict = {} if serial else {n: spawn(n) for n in order if n in isolated}
     quiet: list = []
 
     def done(name: str, res: dict, seconds: float) -> None:
@@ -781,12 +802,7 @@ def run_checks(names: list[str], checks: dict, *, serial: bool, isolated=ISOLATE
         results[name] = res
         log(f"gpuforge selftest: {name}: {'ok' if res.get('ok') else 'FAILED'} ({res['seconds']} s)")
 
-    spawned = False
     for name in order:
-        if not serial and not spawned and name != "device":
-            for iso in (n for n in order if n in isolated):
-                waiting[iso] = spawn(iso)
-            spawned = True
         if name in waiting:
             continue
         gen = _as_gen(checks[name])
@@ -798,7 +814,9 @@ def run_checks(names: list[str], checks: dict, *, serial: bool, isolated=ISOLATE
             continue
         done(name, res, spent)
         if name == "device" and not res.get("ok"):
-            break  # nothing else can run without a GPU
+            for result in waiting.values():
+                result(0.1)  # killed: their checks did not run
+            return {n: results[n] for n in names if n in results}
     for name, result in waiting.items():
         res = result()
         done(name, res, res.get("process_s", 0.0))

@@ -1,5 +1,6 @@
 """gpu_smoke.py's check runner (no GPU needed): isolated checks start first and run concurrently, timed parts
-(after `yield QUIET`) resume only once everything else has finished, one at a time; a failed device stops all."""
+(after `yield QUIET`) resume only once everything else has finished, one at a time; a failed device stops all and
+kills the isolated processes already started."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ class Log:
     def spawn(self, name):
         self.events.append(f"spawn:{name}")
 
-        def result():
-            self.events.append(f"joined:{name}")
+        def result(timeout=1800):
+            self.events.append(f"joined:{name}" if timeout > 1 else f"killed:{name}")
             return {"ok": True, "process_s": 2.5}
         return result
 
@@ -57,9 +58,8 @@ def test_concurrent_schedule():
     res = gpu_smoke.run_checks(names, _checks(log), serial=False, spawn=log.spawn)
     assert list(res) == names  # the report keeps the suite's order
     ev = log.events
-    assert ev[0] == "device"
-    # both isolated checks are started right after the device, before anything else runs here
-    assert ev[1:3] == ["spawn:compile_modes", "spawn:aoti"]
+    # both isolated checks are started first: their processes start up while the device check runs here
+    assert ev[:3] == ["spawn:compile_modes", "spawn:aoti", "device"]
     # the set-ups run next, the compile cache's first (its children then start up while the rest runs)
     assert ev[3:6] == ["compile_cache:setup", "fusion:setup", "matmul"]
     # every isolated process is joined before any timed part, and the timed parts run one after another
@@ -80,7 +80,7 @@ def test_failed_device_stops_everything():
     log = Log()
     checks = {**_checks(log), "device": log.plain("device", ok=False)}
     res = gpu_smoke.run_checks(["device", "matmul", "aoti", "fusion"], checks, serial=False, spawn=log.spawn)
-    assert log.events == ["device"] and list(res) == ["device"]
+    assert log.events == ["spawn:aoti", "device", "killed:aoti"] and list(res) == ["device"]
 
 
 def test_a_raising_check_is_recorded_and_the_rest_still_run():
@@ -110,7 +110,7 @@ def test_seconds_count_a_checks_own_work_not_the_wait():
         return {"ok": True}
 
     def spawn(name):
-        return lambda: (time.sleep(0.3), {"ok": True, "process_s": 0.3})[1]
+        return lambda timeout=1800: (time.sleep(0.3), {"ok": True, "process_s": 0.3})[1]
 
     res = gpu_smoke.run_checks(["fusion", "aoti"], {"fusion": slow_setup, "aoti": None}, serial=False, spawn=spawn)
     assert 0.28 <= res["fusion"]["seconds"] < 0.5  # 0.2 + 0.1, not the 0.3 s spent waiting for aoti
@@ -190,3 +190,15 @@ def test_compile_cache_reports_a_child_that_dies(monkeypatch):
     with pytest.raises(StopIteration) as stop:
         next(gen)
     assert stop.value.value["ok"] is False and "no CUDA here" in stop.value.value["error"]
+
+
+def test_compile_modes_start_one_process_per_mode_from_the_program_itself():
+    """No process in between: each mode's process is a child of the smoke program, and the merged result names
+    every mode. Here (no torch, no GPU) each fails, and the failure carries the mode process's exit."""
+    finish = gpu_smoke.spawn_isolated("compile_modes", smoke_verdicts.default_thresholds())
+    res = finish(120)
+    assert set(res) == {*gpu_smoke.COMPILE_MODES, "ok", "process_s"}
+    assert res["ok"] is False
+    for mode in gpu_smoke.COMPILE_MODES:
+        assert res[mode]["ok"] is False and "mode process exit" in res[mode]["error"], res[mode]
+
