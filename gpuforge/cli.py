@@ -283,6 +283,20 @@ def cmd_rollback(args) -> int:
     return 0
 
 
+def cmd_policy(args) -> int:
+    from gpuforge.publish import policy
+
+    o = options.for_args(args)
+    t = _one_target(args)
+    text = policy.write(fmt=o.format, env=o.env, pool=o.pool, pools=tuple(p.name for p in t.pools),
+                        max_age_days=o.evidence_ttl_days, image_glob=f"{t.ref.bare()}*",
+                        output=Path(o.output) if o.output else None, key=o.verify_key,
+                        identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=o.cosign_tlog)
+    if not o.output:
+        sys.stdout.write(text)
+    return 0
+
+
 def _record_signing_key(o) -> str | None:
     """Promotion records are signed with --sign-key (or GPUFORGE_COSIGN_KEY); with neither, keyless — refused
     here, before any registry or tag work, when no OIDC identity token is at hand."""
@@ -461,6 +475,8 @@ def _publishing(add) -> None:
     add("promote", cmd_promote, "promote validated digests to dev or prod")
     add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
         selectors=False)
+    add("policy", cmd_policy, "write the admission policy (CUE for cosign, or a policy-controller ClusterImagePolicy) "
+        "that admits a target's images to an environment and GPU pool only by a signed, fresh, passing Test Result")
 
 
 def _fleet_reports(add) -> None:

@@ -140,6 +140,17 @@ def _root(value: str) -> str:
     return str(root)
 
 
+def _days(value) -> float:
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        d = -1.0
+    if not 0 < d <= 3650:
+        msg = f"{value!r} is not a number of days (allowed: more than 0, at most 3650)"
+        raise ValueError(msg)
+    return d
+
+
 def _steps(value) -> int:
     try:
         n = int(value)
@@ -183,6 +194,7 @@ class Setting:
     action: str | None = None  # argparse: store_true, append
     required_for: tuple[str, ...] = ()  # the commands that cannot run without it
     default_for: tuple[tuple[str, object], ...] = ()  # (command, default) where a command's default differs
+    choices_for: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (command, choices) where a command's choices differ
     aliases: tuple[tuple[str, str], ...] = ()  # (command, old flag) kept there because it meant the same
     is_path: bool = False  # relative values from matrix.yaml are read from the matrix file's folder
     secret: bool = False  # -v shows that it is set, never the value
@@ -197,12 +209,15 @@ class Setting:
     def default_of(self, command: str | None) -> object:
         return dict(self.default_for).get(command, self.default)
 
+    def choices_of(self, command: str | None) -> tuple[str, ...]:
+        return dict(self.choices_for).get(command, self.choices)
+
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
 _REPORTS = ("validate", "smoke", "promote", "rollback")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
-_SIGNED = ("validate", "cve-gate", "promote", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
+_SIGNED = ("validate", "cve-gate", "promote", "policy", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
 _REGISTRY_USE = ("push", *_SIGNED)  # speak to a registry (credentials, TLS)
 
 TABLE: tuple[Setting, ...] = (
@@ -218,16 +233,23 @@ TABLE: tuple[Setting, ...] = (
             help="with --json: one row per (target, fleet pool) for GPU jobs"),
     Setting(name="check", flag="--check", commands=("generate", "schema"), action="store_true", default=False,
             help="fail, naming the files, when generated files (or the committed schema) are stale"),
-    Setting(name="output", flag="--output", commands=("schema", "cve-gate"), check=_text,
+    Setting(name="output", flag="--output", commands=("schema", "cve-gate", "policy"), check=_text,
             default_for=(("schema", "matrix.schema.json"),),
             help="the file this command writes (schema: the JSON schema; cve-gate: the verdict JSON that --attest signs)"),
     Setting(name="output_dir", flag="--output-dir", commands=("prod-sboms", "release-notes"), check=_text,
             required_for=("prod-sboms",),
             help="the folder this command writes into, one subfolder per target (prod-sboms: sbom.cdx.json and digest; "
                  "release-notes: release-notes.json and .md)"),
-    Setting(name="format", flag="--format", commands=("support", "release-notes"), choices=("text", "markdown", "json"),
-            default="text", default_for=(("release-notes", "markdown"),), what="an output format",
-            help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools"),
+    Setting(name="format", flag="--format", commands=("support", "release-notes", "policy"),
+            choices=("text", "markdown", "json"), default="text",
+            default_for=(("release-notes", "markdown"), ("policy", "cue")),
+            choices_for=(("policy", ("cue", "policy-controller")),), what="an output format",
+            help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools; "
+                 "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
+    Setting(name="pool", flag="--pool", commands=("policy",), check=_text,
+            help="the fleet pool (matrix.yaml's fleet) the policy admits images to; none: the non-GPU checks"),
+    Setting(name="evidence_ttl_days", flag="--max-age-days", commands=("policy",), env="GPUFORGE_EVIDENCE_TTL_DAYS",
+            default=30.0, check=_days, help="evidence signed longer ago than this is not admitted (the time to live)"),
     # build
     Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
     Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,
@@ -294,7 +316,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="replace", flag="--replace", commands=("push", "promote"), action="store_true", default=False,
             help="move a version tag that names another digest (push: the build tag; promote: <tag>-dev/-prod); "
                  "recorded"),
-    Setting(name="env", flag="--env", commands=("promote", *_REGISTRY_READS), required_for=("promote", "history", "rollback"),
+    Setting(name="env", flag="--env", commands=("promote", "policy", *_REGISTRY_READS),
+            required_for=("promote", "policy", "history", "rollback"),
             choices=ENVIRONMENTS, what="a promotion environment", aliases=(("promote", "--to"),),
             help="the environment (status: default both)"),
     Setting(name="digest", flag="--digest", commands=("cve-gate", "release-notes", "rollback"), check=_text,
@@ -317,7 +340,7 @@ TABLE: tuple[Setting, ...] = (
             env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key that signs (password in COSIGN_PASSWORD): evidence, verdicts, notes, promotion "
                  "records; none: keyless (OIDC)"),
-    Setting(name="verify_key", flag="--key", commands=("promote", *_FLEET_READS, *_REGISTRY_READS),
+    Setting(name="verify_key", flag="--key", commands=("promote", "policy", *_FLEET_READS, *_REGISTRY_READS),
             env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
     Setting(name="cosign_identity", commands=_SIGNED, env="GPUFORGE_COSIGN_IDENTITY", check=_text,
@@ -396,15 +419,16 @@ class Resolved:
         return self.value is not None
 
 
-def _checked(s: Setting, value, source: str) -> Resolved:
+def _checked(s: Setting, value, source: str, command: str | None = None) -> Resolved:
     if s.action == "append":
         value = tuple(value)
         for v in value:
             _checked(Setting(name=s.name, help="", check=s.check), v, source)
         return Resolved(s.name, value, source)
-    if s.choices and value not in s.choices:
-        msg = (f"{source}: {value!r} is not {s.what} (allowed: {', '.join(s.choices)})"
-               f"{grammar.nearest(value, s.choices)}")
+    choices = s.choices_of(command)
+    if choices and value not in choices:
+        msg = (f"{source}: {value!r} is not {s.what} (allowed: {', '.join(choices)})"
+               f"{grammar.nearest(value, choices)}")
         raise ConfigError(msg)
     try:
         value = s.check(value) if s.check and not (s.action == "store_true" and value is True) else value
@@ -420,17 +444,17 @@ def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = Non
     command's own where it has one."""
     env = os.environ if environ is None else environ
     if cli not in (None, "", False, (), []):
-        return _checked(s, cli, s.flag or s.name)
+        return _checked(s, cli, s.flag or s.name, command)
     if s.env and env.get(s.env):
-        return _checked(s, env[s.env], s.env)
+        return _checked(s, env[s.env], s.env, command)
     if matrix is not None and s.key and getattr(matrix.spec, s.key, None) not in (None, ""):
         value = str(getattr(matrix.spec, s.key))
         if s.is_path and not Path(value).is_absolute():
             value = str((matrix.path.parent / value).resolve())
-        return _checked(s, value, f"{matrix.doc.where((s.key,))}: {s.key}")
+        return _checked(s, value, f"{matrix.doc.where((s.key,))}: {s.key}", command)
     for name in s.fallback_env:
         if env.get(name):
-            return _checked(s, env[name], name)
+            return _checked(s, env[name], name, command)
     return Resolved(s.name, s.default_of(command), "default")
 
 
@@ -504,8 +528,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
             kw["default"] = [] if s.action == "append" else False
         else:
             kw["default"] = None
-            if s.choices:
-                kw["metavar"] = "{" + ",".join(s.choices) + "}"
+            if s.choices_of(command):
+                kw["metavar"] = "{" + ",".join(s.choices_of(command)) + "}"
         if command in s.required_for:
             kw["required"] = True
         parser.add_argument(*names, **kw)
@@ -592,6 +616,7 @@ def markdown_table() -> str:
         default += "".join(f" ({cmd}: `{d}`)" for cmd, d in s.default_for)
         if s.choices:
             default += f" (one of {', '.join(s.choices)})"
+        default += "".join(f" ({cmd}: one of {', '.join(c)})" for cmd, c in s.choices_for)
         rows.append(f"| {s.name} | {flag} | {cmds} | {f'`{s.env}`' if s.env else ''} | {f'`{s.key}`' if s.key else ''} "
                     f"| {', '.join(f'`{e}`' for e in s.fallback_env)} | {default.strip()} |")
     return "\n".join(rows) + "\n"

@@ -18,6 +18,33 @@ from gpuforge.validate import evidence
 
 H200_RUN = Path(__file__).parents[1] / "docs" / "measurements" / "smoke-cdi-h200.json"
 
+# A one-target matrix and a three-pool fleet for it (the pools the fixtures below stand for)
+BASE = """\
+bases:
+  debian12:
+    bootstrap: {suite: bookworm}
+matrix:
+  include:
+    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels}
+default: ["os=debian12"]
+"""
+FLEET = """\
+fleet:
+  h200:
+    gpu: {model: H200, capability: "9.0"}
+    drivers: ["580.159.04"]
+    runs_on: [self-hosted, gpu, h200]
+  a100:
+    gpu: {model: A100, capability: "8.0"}
+    drivers: ["570.133.20", "580.159.04"]
+    runs_on: [self-hosted, gpu, a100]
+  l4x2:
+    gpu: {model: L4, capability: "8.9"}
+    drivers: ["575.57.08"]
+    runs_on: [self-hosted, gpu, l4]
+    gpus: 2
+"""
+
 
 def newer_gpu_checks_passed(checks: list[dict], h200_ids: set[str]) -> list[dict]:
     """GPU-only checks added after the H200 run (e.g. the metrics mode's) are not in it: in a fixture they are set

@@ -12,6 +12,7 @@ import datetime as dt
 
 from gpuforge.errors import PromotionRefused
 from gpuforge.plan.target import ImageRef
+from gpuforge.publish import statements
 from gpuforge.state.models import BuildRecord
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import Evidence as ReportEvidence
@@ -39,13 +40,9 @@ def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: 
         return "made by another validator set"
     if image_id and ev.image_id != image_id:
         return f"for image {str(ev.image_id)[:19]}, not {image_id[:19]}"
-    host = rep.host_of()
-    if host.gpu_models != [pool.model]:
-        return f"ran on {', '.join(host.gpu_names or ['unknown GPUs'])}, not {pool.model}"
-    if host.driver not in pool.drivers:
-        return f"driver {host.driver}, not one of the pool's {', '.join(pool.drivers)}"
-    if host.count < pool.gpus:
-        return f"{host.count} GPU(s), the pool gives {pool.gpus}"
+    why = statements.host_matches(pool, rep.host_of())
+    if why:
+        return why
     built = _epoch(built_at)
     if built is not None and float(rep.started or 0) <= built:
         return "older than the build"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import runinfo
+from gpuforge.publish import runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state.records import Records
@@ -50,9 +50,17 @@ def statement(rep: dict | Report, ref: str) -> dict:
     return Report.of({**report.dump(), "run": run}, "the statement to sign").dump()
 
 
-def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, inventory: dict | None = None, os_name: str = "") -> None:
-    """Sign one run's report (and the image's inventory) onto `ref`. The only signing path for evidence."""
-    attest.attest_data(ref, statement(rep, ref), attest.VALIDATION_TYPE, signer=signer)
+def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
+                os_name: str = "") -> None:
+    """Sign one run's report onto `ref`, as gpuforge's predicate and as an in-toto Test Result (naming the fleet pools
+    of `target` the run's GPU host is a node of), and the image's inventory. The only signing path for evidence."""
+    stmt = statement(rep, ref)
+    signed = Report.of(stmt)
+    at = dt.datetime.fromisoformat(str(signed.run.signed_at)) if signed.run and signed.run.signed_at else None
+    results = statements.test_results(signed, ref=ref, target=target, signed_at=at)  # checked before anything is signed
+    attest.attest_data(ref, stmt, attest.VALIDATION_TYPE, signer=signer)
+    for result in results:
+        attest.attest_data(ref, result, statements.TEST_RESULT_TYPE, signer=signer)
     if inventory:
         attest.attest_data(ref, inventory, attest.INVENTORY_TYPE, signer=signer)
         with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
@@ -68,7 +76,7 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
     refs = {t.id: pushed_ref(t, records, signer) for t in targets}  # every refusal before the first check runs
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
-        sign_report(refs[t.id], rep, signer=signer, inventory=inventory if not gpu else None, os_name=t.os)
+        sign_report(refs[t.id], rep, signer=signer, target=t, inventory=inventory if not gpu else None, os_name=t.os)
         verdict = "green" if Report.of(rep).green else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
               flush=True)

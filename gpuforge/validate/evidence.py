@@ -105,7 +105,8 @@ def skip_reason(check: dict | Check) -> str:
     return (message or "").strip().removeprefix("Skipped: ")
 
 
-def _skip_allowed(check: dict, gpu_run: bool) -> bool:
+def skip_allowed(check: dict, gpu_run: bool) -> bool:
+    """A skipped check whose reason is on the reviewed list (ALLOWED_SKIPS) for this kind of run."""
     return any(check["module"] == m and re.search(n, check["name"]) and re.search(r, skip_reason(check))
                and (gpu_ok or not gpu_run) for m, n, r, gpu_ok in ALLOWED_SKIPS)
 
@@ -134,7 +135,7 @@ def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
     gpu_run = bool(rep.get("gpu")) and bool(ev.get("gpu_required"))
     for i in required:
         c = by_id.get(i)
-        if c and c["outcome"] == "skipped" and not _skip_allowed(c, gpu_run):
+        if c and c["outcome"] == "skipped" and not skip_allowed(c, gpu_run):
             why = "not an allowed skip in a GPU run" if gpu_run else "reason not on the reviewed list"
             out.append(f"required check {c['name']} skipped ({skip_reason(c)[:120]}; {why})")
     if required and not any(by_id.get(i, {}).get("outcome") == "passed" for i in required):

@@ -28,7 +28,7 @@ from gpuforge.cli import main
 from gpuforge.cve import gate as cve
 from gpuforge.errors import PromotionRefused
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import promote, signed_run
+from gpuforge.publish import promote, signed_run, statements
 from gpuforge.registry import attest
 from gpuforge.validate import evidence
 
@@ -78,7 +78,7 @@ def fleet(validated, tmp_path_factory):
     ref = f"{reg.host}/gpuforge/pytorch@{res['digest']}"
     # signed as `validate --attest` signs (the only signing path): this image's real non-GPU report and inventory
     out = validated["reports"] / t.id
-    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), signer=state_here.signer(str(d / "k.key")),
+    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), signer=state_here.signer(str(d / "k.key")), target=t,
                            inventory=json.loads((out / "sbom.json").read_text()), os_name=t.os)
     yield {"t": t, "digest": res["digest"], "ref": ref, "key": str(d / "k.key"),
            "matrix": d / "matrix.yaml", "dir": d, "host": reg.host}
@@ -92,7 +92,7 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     rep = gpu_report(base, model=model, driver=driver, count=count, started=time.time(),
                      required=evidence.required_checks(True))
     assert rep["green"], rep["problems"]
-    signed_run.sign_report(fleet["ref"], rep, signer=state_here.signer(fleet["key"]))  # labelled a fixture inside (gpu_report)
+    signed_run.sign_report(fleet["ref"], rep, signer=state_here.signer(fleet["key"]), target=fleet["t"])  # labelled a fixture inside (gpu_report)
 
 
 def _sign_green_cve_verdict(fleet, capsys) -> None:
@@ -119,6 +119,10 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     promote.promote_targets([t], env="dev", reports=reports, **state_here.promote_kw(fleet["key"]))
     _attest_pool(fleet, validated, "h200")
     _attest_pool(fleet, validated, "a100")
+    # beside gpuforge's predicate, each run signed an in-toto Test Result per pool its host is a node of (#28)
+    results = attest.verified_predicates(fleet["ref"], statements.TEST_RESULT_TYPE, state_here.verifier(fleet["key"].replace(".key", ".pub")))
+    scopes = [r["configuration"][0]["name"] for r in results]
+    assert scopes == [statements.IMAGE, "gpuforge.dev/pool/h200", "gpuforge.dev/pool/a100"], scopes
     with pytest.raises(PromotionRefused) as e:
         promote.promote_targets([t], env="prod", reports=reports, **state_here.promote_kw(fleet["key"]))
     msg = str(e.value)

@@ -171,7 +171,8 @@ def _sign(t, digest: str, rep: dict, cosign_keys) -> None:
     mp = pytest.MonkeyPatch()
     _env(mp, cosign_keys)
     try:
-        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, signer=state_here.signer(cosign_keys["key"]))
+        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, signer=state_here.signer(cosign_keys["key"]),
+                               target=t)
     finally:
         mp.undo()
 

@@ -5,36 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fleet_reports import base_from_h200_run, gpu_report
+from fleet_reports import BASE, FLEET, base_from_h200_run, gpu_report
 
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.publish import prod
 
-BASE = """\
-bases:
-  debian12:
-    bootstrap: {suite: bookworm}
-matrix:
-  include:
-    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels}
-default: ["os=debian12"]
-"""
-FLEET = """\
-fleet:
-  h200:
-    gpu: {model: H200, capability: "9.0"}
-    drivers: ["580.159.04"]
-    runs_on: [self-hosted, gpu, h200]
-  a100:
-    gpu: {model: A100, capability: "8.0"}
-    drivers: ["570.133.20", "580.159.04"]
-    runs_on: [self-hosted, gpu, a100]
-  l4x2:
-    gpu: {model: L4, capability: "8.9"}
-    drivers: ["575.57.08"]
-    runs_on: [self-hosted, gpu, l4]
-    gpus: 2
-"""
 BUILT = "2026-12-01T10:00:00+00:00"
 AFTER = dt.datetime(2026, 12, 2, tzinfo=dt.UTC).timestamp()
 

@@ -1,0 +1,114 @@
+"""`gpuforge policy`: the admission policy that admits an image to an environment (and a GPU pool) only by a signed
+in-toto Test Result (gpuforge.publish.statements) that is for that scope, PASSED or WARNED, with no failed test
+(a skipped required check is a failed test), signed within the environment's time to live, by the configured key or
+keyless identity, about the image's own digest.
+
+Formats:
+- `cue`: for `cosign verify-attestation --type <Test Result> --policy FILE` and for policy-controller. cosign checks
+  a CUE policy as a schema against each statement (no search in lists, no clock): the scope and the signing time
+  are read by position (the statement's configuration order is fixed), and the time to live is a cut-off written
+  when the policy is generated: regenerate it at least daily (docs/promotion.md).
+- `policy-controller`: a Sigstore policy-controller ClusterImagePolicy for the target's repository, the same CUE
+  policy under the configured key (or keyless identity). policy-controller admits by any one statement that passes;
+  `cosign verify-attestation` requires every Test Result on the digest to pass.
+
+The signatures (key, identity, subject digest) are cosign's and policy-controller's own checks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from gpuforge import __version__
+from gpuforge.errors import ConfigError
+from gpuforge.publish import statements
+from gpuforge.state import files
+
+FORMATS = ("cue", "policy-controller")
+
+
+def scope_of(pool: str | None) -> str:
+    """The configuration[0] name a statement must carry: the pool's, or the non-GPU checks' (no pool)."""
+    return statements.POOL_PREFIX + pool if pool else statements.IMAGE
+
+
+def cutoff(max_age_days: float, now: dt.datetime | None = None) -> str:
+    """The oldest signing time admitted, in the statements' own format (UTC ISO 8601: compared as text)."""
+    t = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=max_age_days)
+    return t.astimezone(dt.UTC).isoformat(timespec="seconds")
+
+
+def cue(*, env: str, pool: str | None, max_age_days: float, now: dt.datetime | None = None) -> str:
+    made = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
+    oldest = cutoff(max_age_days, now)
+    where = f"environment {env}" + (f", GPU pool {pool}" if pool else " (the non-GPU checks)")
+    return f"""// gpuforge {__version__} admission policy for {where}; generated {made}.
+// Admits a digest by a signed in-toto Test Result for scope {scope_of(pool)}: PASSED or WARNED, no failed test, signed
+// at or after {oldest} (time to live {max_age_days:g} days). The cut-off is fixed here: regenerate at least daily.
+predicateType: "{statements.TEST_RESULT_TYPE}"
+predicate: {{
+\tresult:      =~"^(PASSED|WARNED)$"
+\tfailedTests: []
+\tconfiguration: [
+\t\t{{name: "{scope_of(pool)}", ...}},
+\t\t{{name: "{statements.VALIDATORS}", ...}},
+\t\t{{name: "{statements.RUN}", annotations: {{signedAt: >="{oldest}", ...}}, ...}},
+\t\t...,
+\t]
+\t...
+}}
+"""
+
+
+def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlog: bool) -> dict:
+    if key:
+        try:
+            pem = Path(key).read_text()
+        except OSError as e:
+            msg = f"--key {key}: {e.strerror}"
+            raise ConfigError(msg) from None
+        auth: dict = {"key": {"data": pem}}
+    elif identity and issuer:
+        auth = {"keyless": {"identities": [{"issuer": issuer, "subject": identity}]}}
+    else:
+        msg = ("the policy names who signed the evidence: give --key cosign.pub (or GPUFORGE_COSIGN_PUBLIC_KEY), or "
+               "GPUFORGE_COSIGN_IDENTITY and GPUFORGE_COSIGN_ISSUER")
+        raise ConfigError(msg)
+    if tlog:  # statements in the Rekor log (GPUFORGE_COSIGN_TLOG=1): policy-controller checks their entries there
+        auth["ctlog"] = {"url": "https://rekor.sigstore.dev"}
+    return auth
+
+
+def policy_controller(*, env: str, pool: str | None, max_age_days: float, image_glob: str, key: str | None,
+                      identity: str | None, issuer: str | None, tlog: bool, now: dt.datetime | None = None) -> str:
+    """A ClusterImagePolicy (policy.sigstore.dev/v1beta1) as YAML-compatible JSON (valid YAML, no extra dependency)."""
+    auth = _authority(key=key, identity=identity, issuer=issuer, tlog=tlog)
+    doc = {"apiVersion": "policy.sigstore.dev/v1beta1", "kind": "ClusterImagePolicy",
+           "metadata": {"name": f"gpuforge-{env}" + (f"-{pool}" if pool else "")},
+           "spec": {"images": [{"glob": image_glob}],
+                    "authorities": [{"name": "gpuforge-test-result", **auth,
+                                     "attestations": [{"name": "test-result",
+                                                       "predicateType": statements.TEST_RESULT_TYPE,
+                                                       "policy": {"type": "cue",
+                                                                  "data": cue(env=env, pool=pool,
+                                                                              max_age_days=max_age_days, now=now)}}]}]}}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: float, image_glob: str,
+          output: Path | None, key: str | None = None, identity: str | None = None, issuer: str | None = None,
+          tlog: bool = False) -> str:
+    """The policy text for `fmt`, written to `output` atomically when given; an unknown pool is a ConfigError."""
+    if pool is not None and pool not in pools:
+        msg = f"--pool {pool}: not a pool of matrix.yaml's fleet ({', '.join(pools) or 'it has none'})"
+        raise ConfigError(msg)
+    if fmt == "cue":
+        text = cue(env=env, pool=pool, max_age_days=max_age_days)
+    else:
+        text = policy_controller(env=env, pool=pool, max_age_days=max_age_days, image_glob=image_glob, key=key,
+                                 identity=identity, issuer=issuer, tlog=tlog)
+    if output is not None:
+        files.write_output(output, text)  # atomic: a reader never sees half a policy
+    return text
