@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import runinfo
+from gpuforge.publish import runinfo, statements
 from gpuforge.publish.history import Entry, History
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
@@ -53,6 +53,22 @@ def digest_at(reg: Registry, repo: ImageRef, tag: str) -> str | None:
 
 def _sign(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> None:
     attest.attest_data(str(repo.pinned(rec.digest)), rec.dump(), attest.PROMOTION_TYPE, signer=signer)
+
+
+def _summarize(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> None:
+    """The promotion as a SLSA Verification Summary (gpuforge.publish.statements), signed after its done record: the
+    record decides; a summary that cannot be signed is one warning line, never an undone promotion."""
+    ref = str(repo.pinned(rec.digest))
+    ev = rec.evidence
+    requirements = {"env": rec.env, "kind": rec.kind, "gpu_evidence": not rec.allow_no_gpu and rec.env == "prod",
+                    "validator_set": ev.validator_set if ev else None}
+    inputs = [d for d in ((ev.validation, ev.gpu) if ev else ()) if d]
+    try:
+        attest.attest_data(ref, statements.vsa(ref, env=rec.env, requirements=requirements, inputs=inputs),
+                           statements.VSA_TYPE, signer=signer)
+    except FatalError as e:
+        print(f"gpuforge: warning: {rec.target} -> {rec.env}: promoted, but its SLSA verification summary was not "
+              f"signed: {e}", file=sys.stderr, flush=True)
 
 
 def _copy(reg: Registry, repo: ImageRef, digest: str, tag: str) -> None:
@@ -116,6 +132,7 @@ def execute(mv: Move, hist: History, *, signer: attest.Signer, reports: Path | N
         _sign(mv.repo, done, signer)
     except FatalError as e:
         raise _interrupted(intent, moved, [], f"every tag moved, but the done record was not written: {e}") from None
+    _summarize(mv.repo, done, signer)
     _local_copy(reports, done)
     print(f"gpuforge: {mv.target} -> {mv.env}: {mv.digest}: moved {', '.join(moved)} "
           f"(from {_was(prior, moved)}), unchanged {', '.join(unchanged) or 'none'}"
@@ -153,6 +170,7 @@ def complete_interrupted(hist: History, reg: Registry, repo: ImageRef, *, signer
                                   "seq": last.seq + 1 if last else rec.seq + 1, "prev": last.ref() if last else None,
                                   "at": now(), "run": runinfo.current()})
     _sign(repo, done, signer)
+    _summarize(repo, done, signer)
     _local_copy(reports, done)
     hist.entries.append(Entry(done, layer=""))  # callers continue from the completed history
     print(f"gpuforge: {rec.target} -> {rec.env}: completed {rec.kind} {rec.id[:12]}: {', '.join(done.moved)} "

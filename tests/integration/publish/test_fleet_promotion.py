@@ -134,6 +134,11 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     _sign_green_cve_verdict(fleet, capsys)
     [res] = promote.promote_targets([t], env="prod", reports=reports, **state_here.promote_kw(fleet["key"]))
     assert res["digest"] == fleet["digest"] and f"{t.tag}-prod" in res["moved"]
+    # each promotion signed a SLSA verification summary naming the digest and the statements it was decided from
+    vsas = attest.verified_predicates(fleet["ref"], statements.VSA_TYPE, state_here.verifier(fleet["key"].replace(".key", ".pub")))
+    assert [v["verifiedLevels"] for v in vsas] == [["GPUFORGE_PROMOTED_DEV"], ["GPUFORGE_PROMOTED_PROD"]]
+    assert vsas[-1]["resourceUri"] == fleet["ref"] and vsas[-1]["verificationResult"] == "PASSED"
+    assert len(vsas[-1]["inputAttestations"]) == 2  # the newest validation statement and the newest GPU one
 
     capsys.readouterr()  # what promotion printed
     # gpuforge support: the prod digest x the three pools, from the registry's signed statements
