@@ -314,6 +314,16 @@ def step_warm(out: Path) -> dict:
     return res
 
 
+def step_first(out: Path) -> dict:
+    """The first-start bar alone: 3 interleaved pairs (no package / package built in the background), medians."""
+    res = _timed(out, "first", [sys.executable, "tools/warm_bench.py", "--image", IMAGE_NAME, "--first-starts", "3",
+                                "--json", str(out / "first.json")])
+    if (out / "first.json").exists():
+        f = json.loads((out / "first.json").read_text())["first_starts"]
+        res["summary"] = {k: v for k, v in f.items() if k not in ("no_package", "with_package")}
+    return res
+
+
 def step_perf(out: Path) -> dict:
     """The perf table in a container of the image (its torch, its kernels), best of N with CV."""
     vol = out / "perf"
@@ -326,7 +336,7 @@ def step_perf(out: Path) -> dict:
 
 
 STEPS = {"smoke": step_smoke, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
-         "warm": step_warm, "perf": step_perf}
+         "warm": step_warm, "first": step_first, "perf": step_perf}
 
 
 def measure(names: list[str]) -> int:

@@ -68,6 +68,24 @@ def stats(xs: list[float]) -> dict:
             "spread": round(max(xs) - min(xs), 2), "n": len(xs)}
 
 
+def first_starts(image: str, n: int, gpu: list[str]) -> dict:
+    """The first-start bar, side by side: n interleaved pairs, each in a fresh volume, of a start with no package
+    configured and a first start with the package configured but not built yet (it serves by torch.compile and
+    builds the package in the background). The mode's readiness of each: medians, spread, and their ratio."""
+    none, first = [], []
+    for _ in range(n):
+        for runs, env in ((none, WAYS["none"]), (first, WAYS["aot"])):
+            with tempfile.TemporaryDirectory(prefix="warm-first-") as vol:
+                os.chmod(vol, 0o777)
+                runs.append(start(image, env, vol, gpu))
+    bad = [x["error"] for x in none + first if "error" in x]
+    if bad:
+        return {"error": bad[0], "no_package": none, "with_package": first}
+    a, b = stats([x["mode_ready_s"] for x in first]), stats([x["mode_ready_s"] for x in none])
+    return {"with_package_s": a, "no_package_s": b, "ratio_median": round(a["median"] / b["median"], 3),
+            "no_package": none, "with_package": first}
+
+
 def way(image: str, name: str, warm: int, gpu: list[str], overlap_ab: bool = False) -> dict:
     """The way's cold start, then its warm starts; with overlap_ab (aot), each warm start is followed by one with
     GPUFORGE_WARM_OVERLAP=0, interleaved so both see the same machine, and both medians are given."""
@@ -138,14 +156,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="nvidia.com/gpu=all", help="the CDI device to give")
     ap.add_argument("--overlap-ab", action="store_true",
                     help="aot: each warm start is also run with GPUFORGE_WARM_OVERLAP=0, interleaved")
+    ap.add_argument("--first-starts", type=int, default=0,
+                    help="only the first-start bar: this many interleaved pairs (no package / package built after)")
     ap.add_argument("--json")
     ap.add_argument("--md")
     args = ap.parse_args(argv)
     ways = args.ways.split(",")
-    if not set(ways) <= {"aot", "artifacts"} or not 1 <= args.warm <= 20 or not 0 <= args.baselines <= 5:
-        print("warm_bench: error: --ways from aot,artifacts; --warm 1..20; --baselines 0..5", file=sys.stderr)
+    if not set(ways) <= {"aot", "artifacts"} or not 1 <= args.warm <= 20 or not 0 <= args.baselines <= 5 \
+            or not 0 <= args.first_starts <= 9:
+        print("warm_bench: error: --ways from aot,artifacts; --warm 1..20; --baselines 0..5; --first-starts 0..9",
+              file=sys.stderr)
         return 64
     gpu = ["--device", args.gpu]
+    if args.first_starts:
+        r = {"image": args.image, "first_starts": first_starts(args.image, args.first_starts, gpu)}
+        f = r["first_starts"]
+        text = json.dumps({k: v for k, v in f.items() if k not in ("no_package", "with_package")}) if "error" not in f \
+            else f"error: {f['error']}"
+        print(f"warm_bench: first starts: {text}", flush=True)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(r, fh, indent=1)
+        return 1 if "error" in f else 0
     r: dict = {"image": args.image, "ways": {}}
     if "aot" in ways and args.baselines:
         with tempfile.TemporaryDirectory(prefix="warm-none-") as vol:

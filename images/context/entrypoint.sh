@@ -174,7 +174,8 @@ warm_start() {
         job="$(mktemp "${TMPDIR:-/tmp}/gpuforge-aot-job.XXXXXX")"
         GPUFORGE_AOT_BUILD_JOB="$job" /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" >&2
         if [ -s "$job" ]; then
-            /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" --build-only >&2 &
+            # at the lowest CPU priority: the mode starting beside it comes first
+            nice -n 19 /opt/venv/bin/python "$GPUFORGE_HOME/programs/warm_start.py" --build-only >&2 &
             AOT_BUILDER=$!
         fi
         rm -f "$job"
