@@ -239,17 +239,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 # --- the longest modules start first (`nox -s tests` runs modules on two workers, a whole module each) ------------
-# Measured seconds per module of a full run on a 2-core machine (the table printed at the end of `nox -s tests`);
-# the rest keep their collection order after these. Longest first keeps the two workers' loads even.
+# xdist's loadfile scheduler gives each worker two modules to begin with, alternating (worker A: 1st and 3rd, B: 2nd
+# and 4th), then the next one whenever a worker has fewer than two left. So the engine matrix and test_buildx, the two
+# modules that each hold a second engine's 6 GB image and a registry's 3 GB beside the default image, run one after
+# the other on one worker (they took 56 GB of disk side by side), while the other worker takes the rest; the loads
+# come out even (~2,000 s each). Seconds: a full two-worker run of `nox -s tests` on 2 cores (2026-12-04).
 LONGEST_FIRST = (
-    "tests/integration/publish/test_engine_matrix.py",      # ~750 s: a second engine's cold build + 2 validations
-    "tests/integration/builder/test_buildx.py",             # ~440 s
-    "tests/integration/publish/test_registry.py",           # ~420 s
-    "tests/integration/publish/test_fleet_promotion.py",    # ~300 s
-    "tests/integration/validate/test_validators.py",        # ~270 s
-    "tests/integration/core/test_clean.py",                 # ~150 s
-    "tests/integration/builder/test_build.py",              # ~120 s
-    "tests/integration/core/test_install.py",               # ~115 s
+    "tests/integration/publish/test_engine_matrix.py",      # ~1,200 s: a second engine's cold build + 2 validations
+    "tests/integration/publish/test_registry.py",           # ~540 s
+    "tests/integration/builder/test_buildx.py",             # ~790 s: after the engine matrix, on its worker
+    "tests/integration/publish/test_fleet_promotion.py",    # ~600 s
+    "tests/integration/validate/test_validators.py",        # ~350 s
+    "tests/integration/core/test_install.py",               # ~160 s
+    "tests/integration/core/test_clean.py",                 # ~160 s
+    "tests/integration/builder/test_build.py",              # ~85 s
 )
 
 
