@@ -53,6 +53,8 @@ def setup(docker_engine, tmp_path_factory):
     yield {"d": d, "reg": reg, "t": t, "docker": docker_engine}
     mp.undo()
     reg.stop()
+    for img in docker_engine.images.list(name=f"{reg.host}/gpuforge-admission/*"):
+        docker_engine.images.remove(img.id, force=True)
 
 
 def _image(setup, name: str) -> str:
