@@ -7,19 +7,12 @@ import copy
 import json
 import time
 
-from fleet_reports import base_from_h200_run, gpu_report
+from fleet_reports import BASE, base_from_h200_run, gpu_report
 
 from gpuforge.fleet import support
 from gpuforge.plan.matrix import load_matrix
 
-MATRIX = """\
-bases:
-  debian12:
-    bootstrap: {suite: bookworm}
-matrix:
-  include:
-    - {torch: "2.7.1", cuda: "12.6", python: "3.11", os: debian12, flavor: runtime, source: wheels}
-default: ["os=debian12"]
+MATRIX = BASE + """\
 fleet:
   h200:
     gpu: {model: H200, capability: "9.0"}
