@@ -261,7 +261,7 @@ def cmd_status(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     return status.status(targets, env=o.env, verifier=_verifier_or_none(o),
-                         records=_records(o), as_json=o.json)
+                         records=_records(o), as_json=o.json, ttl_days=o.evidence_ttl_days)
 
 
 def cmd_history(args) -> int:

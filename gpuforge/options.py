@@ -248,8 +248,9 @@ TABLE: tuple[Setting, ...] = (
                  "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
     Setting(name="pool", flag="--pool", commands=("policy",), check=_text,
             help="the fleet pool (matrix.yaml's fleet) the policy admits images to; none: the non-GPU checks"),
-    Setting(name="evidence_ttl_days", flag="--max-age-days", commands=("policy",), env="GPUFORGE_EVIDENCE_TTL_DAYS",
-            default=30.0, check=_days, help="evidence signed longer ago than this is not admitted (the time to live)"),
+    Setting(name="evidence_ttl_days", flag="--max-age-days", commands=("policy", "status"), env="GPUFORGE_EVIDENCE_TTL_DAYS",
+            default=30.0, check=_days,
+            help="the evidence time to live: older evidence is not admitted (policy) and shown as EXPIRED (status)"),
     # build
     Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
     Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,

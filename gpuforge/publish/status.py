@@ -3,6 +3,7 @@ signed promotion records, signed validation statements), so any checkout or runn
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from pathlib import Path
@@ -31,8 +32,25 @@ def _verifier(v: attest.Verifier | None) -> attest.Verifier:
     return v
 
 
-def evidence_summary(ref: str, verifier: attest.Verifier) -> dict:
-    """The newest signed validation statement on `ref` (registry order), and the newest GPU one."""
+SOON = 0.2  # evidence in the last fifth of its time to live is shown as expiring
+
+
+def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict:
+    """When evidence signed at `validated_at` leaves the time to live (the admission policy's --max-age-days):
+    {"at", "in_days" (negative: ago), "state": fresh | expiring | EXPIRED | unknown}."""
+    if not validated_at:
+        return {"at": None, "in_days": None, "state": "unknown"}
+    at = dt.datetime.fromisoformat(validated_at)
+    at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    ends = at + dt.timedelta(days=ttl_days)
+    left = (ends - (now or dt.datetime.now(dt.UTC))).total_seconds() / 86400
+    state = "EXPIRED" if left <= 0 else "expiring" if left <= SOON * ttl_days else "fresh"
+    return {"at": ends.isoformat(timespec="seconds"), "in_days": round(left, 1), "state": state}
+
+
+def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0) -> dict:
+    """The newest signed validation statement on `ref` (registry order), and the newest GPU one, each with when it
+    leaves the time to live."""
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
         return {"signed": 0, "green": False, "gpu": None}
@@ -40,12 +58,21 @@ def evidence_summary(ref: str, verifier: attest.Verifier) -> dict:
     newest = reports[signed[-1].index]
     gpu_runs = [reports[s.index] for s in signed if reports[s.index].gpu_run()]
     out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": newest.validated_at(),
-           "run": newest.run.id if newest.run else None, "gpu": None}
+           "expires": expiry(newest.validated_at(), ttl_days), "run": newest.run.id if newest.run else None, "gpu": None}
     if gpu_runs:
         model, driver = gpu_runs[-1].gpu_summary()
         out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
-                      "validated_at": gpu_runs[-1].validated_at()}
+                      "validated_at": gpu_runs[-1].validated_at(),
+                      "expires": expiry(gpu_runs[-1].validated_at(), ttl_days)}
     return out
+
+
+def _expiry_text(e: dict | None) -> str:
+    if not e or e["state"] == "unknown":
+        return ""
+    if e["state"] == "EXPIRED":
+        return f", EXPIRED {-e['in_days']:g} d ago"
+    return f", {'EXPIRES' if e['state'] == 'expiring' else 'expires'} in {e['in_days']:g} d"
 
 
 def _record_json(r: PromotionRecord) -> dict:
@@ -57,7 +84,7 @@ def _record_json(r: PromotionRecord) -> dict:
 
 
 def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Verifier | None,
-            records: Records) -> list[dict]:
+            records: Records, ttl_days: float = 30.0) -> list[dict]:
     verifier = _verifier(verifier)
     found: dict[ImageRef, tuple] = {}
     out = []
@@ -76,7 +103,7 @@ def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Ve
             row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at,
                    "promotion": _record_json(last) if last else None,
                    "interrupted": _record_json(i) if (i := h.interrupted()) else None,
-                   "evidence": evidence_summary(str(pushed.pinned(at)), verifier) if at else None,
+                   "evidence": evidence_summary(str(pushed.pinned(at)), verifier, ttl_days) if at else None,
                    "local": _local(rec, at),
                    "history_length": len(done), "warnings": h.warnings}
             out.append(row)
@@ -137,9 +164,10 @@ def _text(row: dict) -> list[str]:
     if ev:
         gpu = ev["gpu"]
         gpu_s = (f"GPU {'green' if gpu['green'] else 'RED'} on {gpu['model'] or 'unknown GPU'}"
-                 f"{' driver ' + gpu['driver'] if gpu['driver'] else ''} ({gpu['validated_at']})") if gpu else "no GPU evidence"
+                 f"{' driver ' + gpu['driver'] if gpu['driver'] else ''} ({gpu['validated_at']}"
+                 f"{_expiry_text(gpu.get('expires'))})") if gpu else "no GPU evidence"
         lines.append(f"  evidence: {'GREEN' if ev['green'] else 'NOT GREEN'} (newest of {ev['signed']} signed run(s), "
-                     f"{ev.get('validated_at')}); {gpu_s}")
+                     f"{ev.get('validated_at')}{_expiry_text(ev.get('expires'))}); {gpu_s}")
     loc = row["local"]
     if loc is None:
         lines.append("  local build: none in this checkout")
@@ -166,8 +194,10 @@ def _text(row: dict) -> list[str]:
 
 
 def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier | None,
-           records: Records, as_json: bool) -> int:
-    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records)
+           records: Records, as_json: bool, ttl_days: float = 30.0) -> int:
+    """`ttl_days`: the evidence time to live (GPUFORGE_EVIDENCE_TTL_DAYS, the admission policy's): evidence in its last
+    fifth is shown as EXPIRES, past it as EXPIRED."""
+    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records, ttl_days=ttl_days)
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:

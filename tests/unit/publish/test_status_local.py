@@ -34,3 +34,27 @@ def test_the_text_shows_the_record_and_the_reports(tmp_path):
     text = "\n".join(status._text(row))
     assert "local record: image sha256:aaaaaaaaaaaa, 2.50 GB" in text and "by buildx" in text and "on 26.1.5" in text
     assert "local push: r/x:t" in text and f"local report: {tmp_path / 'r.json'} (missing)" in text
+
+
+def test_evidence_expiry_against_the_time_to_live():
+    import datetime as dt
+
+    now = dt.datetime(2026, 12, 31, 12, tzinfo=dt.UTC)
+    assert status.expiry("2026-12-30T12:00:00+00:00", 30, now) == {
+        "at": "2027-01-29T12:00:00+00:00", "in_days": 29.0, "state": "fresh"}
+    assert status.expiry("2026-12-05T12:00:00+00:00", 30, now)["state"] == "expiring"  # 4 days left: the last fifth
+    gone = status.expiry("2026-11-01T12:00:00+00:00", 30, now)
+    assert gone["state"] == "EXPIRED" and gone["in_days"] == -30.0
+    assert status.expiry(None, 30, now)["state"] == "unknown"
+    assert status.expiry("2026-12-30T12:00:00", 30, now)["in_days"] == 29.0  # no zone: UTC, as signed
+
+
+def test_the_text_says_when_evidence_expires():
+    ev = {"signed": 2, "green": True, "validated_at": "2026-11-01T12:00:00+00:00",
+          "expires": {"at": "2026-12-01T12:00:00+00:00", "in_days": -3.5, "state": "EXPIRED"},
+          "gpu": {"green": True, "model": "NVIDIA H200", "driver": "580.159.04", "validated_at": "2026-12-20T00:00:00+00:00",
+                  "expires": {"at": "2027-01-19T00:00:00+00:00", "in_days": 4.2, "state": "expiring"}}}
+    row = {"target": "t", "env": "prod", "repository": "r/x", "tags": {}, "digest": DIGEST, "promotion": None,
+           "interrupted": None, "evidence": ev, "local": None, "warnings": []}
+    line = next(ln for ln in status._text(row) if "evidence:" in ln)
+    assert "2026-11-01T12:00:00+00:00, EXPIRED 3.5 d ago" in line and "EXPIRES in 4.2 d" in line, line
