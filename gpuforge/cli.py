@@ -243,7 +243,7 @@ def cmd_promote(args) -> int:
     promote.promote_targets(targets, env=o.env, records=_records(o), auth=_auth(o), verifier=_verifier_or_none(o),
                             signer=_signer(o, sign_key), reports=Path(o.reports),
                             require_gpu=o.require_gpu, allow_no_gpu=o.allow_no_gpu, replace=o.replace,
-                            require_cve=o.prod_require_cve)
+                            require_cve=o.prod_require_cve, max_age_days=o.evidence_ttl.of(o.env))
     return 0
 
 
@@ -261,7 +261,7 @@ def cmd_status(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     return status.status(targets, env=o.env, verifier=_verifier_or_none(o),
-                         records=_records(o), as_json=o.json, ttl_days=o.evidence_ttl_days)
+                         records=_records(o), as_json=o.json, ttl=o.evidence_ttl)
 
 
 def cmd_history(args) -> int:
@@ -289,7 +289,7 @@ def cmd_policy(args) -> int:
     o = options.for_args(args)
     t = _one_target(args)
     text = policy.write(fmt=o.format, env=o.env, pool=o.pool, pools=tuple(p.name for p in t.pools),
-                        max_age_days=o.evidence_ttl_days, image_glob=f"{t.ref.bare()}*",
+                        max_age_days=o.evidence_ttl.of(o.env), image_glob=f"{t.ref.bare()}*",
                         output=Path(o.output) if o.output else None, key=o.verify_key,
                         identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=o.cosign_tlog)
     if not o.output:

@@ -151,6 +151,35 @@ def _days(value) -> float:
     return d
 
 
+@dataclass(frozen=True)
+class Ttl:
+    """The evidence time to live of each environment, in days (evidence_ttl: `30`, or `dev=30,prod=14`)."""
+
+    dev: float = 30.0
+    prod: float = 30.0
+
+    def of(self, env: str) -> float:
+        return getattr(self, env)
+
+    def __str__(self) -> str:
+        return f"dev={self.dev:g},prod={self.prod:g}"
+
+
+def _ttl(value) -> Ttl:
+    text = str(value).strip()
+    if "=" not in text:
+        d = _days(text)
+        return Ttl(dev=d, prod=d)
+    days: dict[str, float] = {}
+    for item in text.split(","):
+        env, _, v = item.partition("=")
+        if env.strip() not in ENVIRONMENTS or env.strip() in days:
+            msg = f"{text!r}: {env.strip()!r} is not an environment given once (allowed: {', '.join(ENVIRONMENTS)})"
+            raise ValueError(msg)
+        days[env.strip()] = _days(v.strip())
+    return Ttl(**days)
+
+
 def _steps(value) -> int:
     try:
         n = int(value)
@@ -248,9 +277,10 @@ TABLE: tuple[Setting, ...] = (
                  "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
     Setting(name="pool", flag="--pool", commands=("policy",), check=_text,
             help="the fleet pool (matrix.yaml's fleet) the policy admits images to; none: the non-GPU checks"),
-    Setting(name="evidence_ttl_days", flag="--max-age-days", commands=("policy", "status"), env="GPUFORGE_EVIDENCE_TTL_DAYS",
-            default=30.0, check=_days,
-            help="the evidence time to live: older evidence is not admitted (policy) and shown as EXPIRED (status)"),
+    Setting(name="evidence_ttl", flag="--max-age-days", commands=("policy", "status", "promote"),
+            env="GPUFORGE_EVIDENCE_TTL_DAYS", default=Ttl(), check=_ttl,
+            help="the evidence time to live in days, DAYS or dev=DAYS,prod=DAYS: older evidence does not promote "
+                 "(promote), is not admitted (policy) and is shown as EXPIRED (status)"),
     # build
     Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
     Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,

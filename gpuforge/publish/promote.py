@@ -179,7 +179,7 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
     newest = signed[-1]
     rep = reports[newest.index]
     check(newest, "validation", rep.gpu_run() and require_gpu)
-    gpu_layer = model = driver = None
+    gpu_layer = model = driver = gpu_at = None
     if require_gpu:
         gpu_runs = [s for s in signed if reports[s.index].gpu_run()]
         if not gpu_runs:
@@ -188,10 +188,29 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
         check(gpu_runs[-1], "GPU validation", True)
         gpu_layer = gpu_runs[-1].layer
         model, driver = reports[gpu_runs[-1].index].gpu_summary()
+        gpu_at = reports[gpu_runs[-1].index].validated_at()
     elif rep.gpu_run():
         model, driver = rep.gpu_summary()
     return Evidence(validation=newest.layer, green=True, gpu=gpu_layer, gpu_model=model, driver=driver,
-                    validated_at=rep.validated_at(), validator_set=rep.evidence.validator_set if rep.evidence else None)
+                    validated_at=rep.validated_at(), gpu_validated_at=gpu_at if gpu_layer else None,
+                    validator_set=rep.evidence.validator_set if rep.evidence else None)
+
+
+def too_old(ev: Evidence, max_age_days: float, now: dt.datetime | None = None) -> str | None:
+    """Why the evidence a promotion relies on is past the environment's time to live (None: within it). A statement
+    with no signing time is past it: its age cannot be shown."""
+    now = now or dt.datetime.now(dt.UTC)
+    for what, at in (("validation", ev.validated_at), ("GPU validation", ev.gpu_validated_at if ev.gpu else "")):
+        if at == "":
+            continue
+        if not at:
+            return f"the newest signed {what} statement names no signing time"
+        t = dt.datetime.fromisoformat(at)
+        age = (now - (t if t.tzinfo else t.replace(tzinfo=dt.UTC))).total_seconds() / 86400
+        if age > max_age_days:
+            return (f"the newest signed {what} statement was signed {age:.1f} days ago ({at}), past the time to live of "
+                    f"{max_age_days:g} days (GPUFORGE_EVIDENCE_TTL_DAYS); re-validate")
+    return None
 
 
 def env_tags(t: Target, tag: str, env: str) -> list[str]:
@@ -224,7 +243,8 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
 
 
 def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
-          allow_no_gpu: bool, replace: bool, verifier, require_cve: bool) -> tuple[transaction.Move, history.History]:
+          allow_no_gpu: bool, replace: bool, verifier, require_cve: bool,
+          max_age_days: float | None) -> tuple[transaction.Move, history.History]:
     rec = records.require_build(t.id)
     if not rec.digest:
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
@@ -249,6 +269,8 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
         _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
     ev = judge(str(ref.pinned(digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
+    if max_age_days is not None and (why := too_old(ev, max_age_days)):
+        _refuse(t.id, why)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
         prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve)
     tags = env_tags(t, tag, env)
@@ -286,14 +308,17 @@ def resume(t: Target, *, env: str, verifier, signer: attest.Signer,
 def promote_targets(targets: list[Target], *, env: str, records: Records, auth: RegistryAuth,
                     verifier: attest.Verifier | None, signer: attest.Signer, reports: Path | None = None,
                     require_gpu: bool = False, allow_no_gpu: bool = False,
-                    replace: bool = False, require_cve: bool = False) -> list[dict]:
+                    replace: bool = False, require_cve: bool = False, max_age_days: float | None = None) -> list[dict]:
     """Promote each target's pushed digest to `env`; `verifier` checks the evidence (None: refused, saying how to
-    give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict."""
+    give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict,
+    `max_age_days` (the environment's evidence time to live) refuses evidence signed longer ago. A rollback, and the
+    completion of an interrupted promotion, hold no time to live: they restore what was promoted."""
     require_gpu = gpu_rule(env, require_gpu=require_gpu, allow_no_gpu=allow_no_gpu)
     for t in targets:
         resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
     plans = [_plan(t, records=records, auth=auth, env=env, require_gpu=require_gpu,
-                   allow_no_gpu=allow_no_gpu, replace=replace, verifier=verifier, require_cve=require_cve)
+                   allow_no_gpu=allow_no_gpu, replace=replace, verifier=verifier, require_cve=require_cve,
+                   max_age_days=max_age_days)
              for t in targets]
     results = []
     for mv, hist in plans:

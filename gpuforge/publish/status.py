@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gpuforge.errors import ConfigError, StateError
+from gpuforge.options import Ttl
 from gpuforge.plan.matrix import Target
 from gpuforge.plan.target import ImageRef
 from gpuforge.publish import history
@@ -84,7 +85,7 @@ def _record_json(r: PromotionRecord) -> dict:
 
 
 def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Verifier | None,
-            records: Records, ttl_days: float = 30.0) -> list[dict]:
+            records: Records, ttl: Ttl = Ttl()) -> list[dict]:
     verifier = _verifier(verifier)
     found: dict[ImageRef, tuple] = {}
     out = []
@@ -103,7 +104,7 @@ def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Ve
             row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at,
                    "promotion": _record_json(last) if last else None,
                    "interrupted": _record_json(i) if (i := h.interrupted()) else None,
-                   "evidence": evidence_summary(str(pushed.pinned(at)), verifier, ttl_days) if at else None,
+                   "evidence": evidence_summary(str(pushed.pinned(at)), verifier, ttl.of(env)) if at else None,
                    "local": _local(rec, at),
                    "history_length": len(done), "warnings": h.warnings}
             out.append(row)
@@ -194,10 +195,10 @@ def _text(row: dict) -> list[str]:
 
 
 def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier | None,
-           records: Records, as_json: bool, ttl_days: float = 30.0) -> int:
-    """`ttl_days`: the evidence time to live (GPUFORGE_EVIDENCE_TTL_DAYS, the admission policy's): evidence in its last
-    fifth is shown as EXPIRES, past it as EXPIRED."""
-    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records, ttl_days=ttl_days)
+           records: Records, as_json: bool, ttl: Ttl = Ttl()) -> int:
+    """`ttl`: each environment's evidence time to live (GPUFORGE_EVIDENCE_TTL_DAYS, what promote and the admission
+    policy hold evidence to): evidence in its last fifth is shown as EXPIRES, past it as EXPIRED."""
+    rows = collect(targets, envs=(env,) if env else ENVS, verifier=verifier, records=records, ttl=ttl)
     if as_json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:

@@ -39,7 +39,8 @@ class Evidence(BaseModel):
     gpu: str | None = None  # layer digest of the newest signed GPU validation statement, if any
     gpu_model: str | None = None
     driver: str | None = None
-    validated_at: str | None = None  # what the signed run says (display only, never used to order)
+    validated_at: str | None = None  # what the signed run says (never used to order; promote holds it to the TTL)
+    gpu_validated_at: str | None = None  # the same, of the GPU statement
     validator_set: str | None = None
 
 
