@@ -685,8 +685,11 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     [row] = json.loads(r.stdout)
     assert row["digest"] == a and row["promotion"]["kind"] == "rollback" and row["local"] is None
     assert row["evidence"]["green"] and row["evidence"]["gpu"]["model"] == "NVIDIA H200"
+    assert row["evidence"]["expires"]["state"] == "fresh" and 29 < row["evidence"]["expires"]["in_days"] <= 30
     r = in_second("status", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
     assert "promoted: rollback" in r.stdout and "GPU green on NVIDIA H200" in r.stdout, r.stdout
+    r = in_second("status", tr.id, "--env", "prod", "--key", cosign_keys["pub"], "--max-age-days", "prod=0.0001")
+    assert "EXPIRED" in r.stdout, r.stdout  # the same evidence, held to a time to live of 9 seconds
     r = in_second("history", tr.id, "--env", "prod", "--key", cosign_keys["pub"], "--json")
     assert r.returncode == 0, r.stderr
     done = [x for x in json.loads(r.stdout)["records"] if x["phase"] == "done"]
