@@ -289,7 +289,7 @@ def cmd_policy(args) -> int:
     o = options.for_args(args)
     t = _one_target(args)
     text = policy.write(fmt=o.format, env=o.env, pool=o.pool, pools=tuple(p.name for p in t.pools),
-                        max_age_days=o.evidence_ttl.of(o.env), image_glob=f"{t.ref.bare()}*",
+                        max_age_days=o.evidence_ttl.of(o.env), repository=str(t.ref.bare()),
                         output=Path(o.output) if o.output else None, key=o.verify_key,
                         identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=o.cosign_tlog)
     if not o.output:

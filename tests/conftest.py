@@ -239,11 +239,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 # --- the longest modules start first (`nox -s tests` runs modules on two workers, a whole module each) ------------
-# xdist's loadfile scheduler gives each worker two modules to begin with, alternating (worker A: 1st and 3rd, B: 2nd
-# and 4th), then the next one whenever a worker has fewer than two left. So the engine matrix and test_buildx, the two
-# modules that each hold a second engine's 6 GB image and a registry's 3 GB beside the default image, run one after
-# the other on one worker (they took 56 GB of disk side by side), while the other worker takes the rest; the loads
-# come out even (~2,000 s each). Seconds: a full two-worker run of `nox -s tests` on 2 cores (2026-12-04).
+# xdist's loadfile scheduler gives worker A the 1st module and B the 2nd, then hands a worker the next module whenever
+# it has 2 or fewer *tests* pending. The engine matrix has 2 tests, so A takes the 3rd (test_buildx) at once and runs
+# it after the engine matrix, while B (test_registry: 28 tests) takes the rest as it drains. So the two modules that
+# each hold a second engine's 6 GB image and a registry's 3 GB beside the default image never run side by side (they
+# took 56 GB of disk that way), and the loads come out even (~2,000 s each). A third engine-matrix test would let B
+# take test_buildx first: tests/unit/core/test_module_order.py counts them. Seconds: a full two-worker run of
+# `nox -s tests` on 2 cores (2026-12-04).
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~1,200 s: a second engine's cold build + 2 validations
     "tests/integration/publish/test_registry.py",           # ~540 s

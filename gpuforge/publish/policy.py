@@ -12,6 +12,9 @@ Formats:
   policy under the configured key (or keyless identity). policy-controller admits by any one statement that passes;
   `cosign verify-attestation` requires every Test Result on the digest to pass.
 
+What it does not hold an image to (promotion does): the newest statement deciding (an older PASSED Test Result within
+the time to live still admits after a newer FAILED one), the validator set, the CVE verdict, the promotion itself.
+
 The signatures (key, identity, subject digest) are cosign's and policy-controller's own checks.
 """
 
@@ -63,13 +66,19 @@ predicate: {{
 
 
 def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlog: bool) -> dict:
-    if key:
+    if key and "://" in key:  # a KMS key (awskms://, gcpkms://, hashivault://, k8s://): policy-controller reads it
+        auth: dict = {"key": {"kms": key}}
+    elif key:
         try:
             pem = Path(key).read_text()
-        except OSError as e:
-            msg = f"--key {key}: {e.strerror}"
+        except (OSError, UnicodeDecodeError) as e:
+            msg = f"--key {key}: {getattr(e, 'strerror', None) or 'not a PEM text file'}"
             raise ConfigError(msg) from None
-        auth: dict = {"key": {"data": pem}}
+        if "-----BEGIN PUBLIC KEY-----" not in pem or "PRIVATE KEY" in pem:
+            # a private key would be copied into a document applied to a cluster
+            msg = f"--key {key}: not a PEM public key (the policy carries the key that verifies: cosign.pub)"
+            raise ConfigError(msg)
+        auth = {"key": {"data": pem}}
     elif identity and issuer:
         auth = {"keyless": {"identities": [{"issuer": issuer, "subject": identity}]}}
     else:
@@ -81,13 +90,18 @@ def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlo
     return auth
 
 
-def policy_controller(*, env: str, pool: str | None, max_age_days: float, image_glob: str, key: str | None,
+def image_globs(repository: str) -> list[str]:
+    """The repository's own references only (its tags and digests), never a sibling whose name starts alike."""
+    return [repository, f"{repository}:*", f"{repository}@*"]
+
+
+def policy_controller(*, env: str, pool: str | None, max_age_days: float, repository: str, key: str | None,
                       identity: str | None, issuer: str | None, tlog: bool, now: dt.datetime | None = None) -> str:
     """A ClusterImagePolicy (policy.sigstore.dev/v1beta1) as YAML-compatible JSON (valid YAML, no extra dependency)."""
     auth = _authority(key=key, identity=identity, issuer=issuer, tlog=tlog)
     doc = {"apiVersion": "policy.sigstore.dev/v1beta1", "kind": "ClusterImagePolicy",
            "metadata": {"name": f"gpuforge-{env}" + (f"-{pool}" if pool else "")},
-           "spec": {"images": [{"glob": image_glob}],
+           "spec": {"images": [{"glob": g} for g in image_globs(repository)],
                     "authorities": [{"name": "gpuforge-test-result", **auth,
                                      "attestations": [{"name": "test-result",
                                                        "predicateType": statements.TEST_RESULT_TYPE,
@@ -97,7 +111,7 @@ def policy_controller(*, env: str, pool: str | None, max_age_days: float, image_
     return json.dumps(doc, indent=2) + "\n"
 
 
-def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: float, image_glob: str,
+def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: float, repository: str,
           output: Path | None, key: str | None = None, identity: str | None = None, issuer: str | None = None,
           tlog: bool = False) -> str:
     """The policy text for `fmt`, written to `output` atomically when given; an unknown pool is a ConfigError."""
@@ -107,7 +121,7 @@ def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: f
     if fmt == "cue":
         text = cue(env=env, pool=pool, max_age_days=max_age_days)
     else:
-        text = policy_controller(env=env, pool=pool, max_age_days=max_age_days, image_glob=image_glob, key=key,
+        text = policy_controller(env=env, pool=pool, max_age_days=max_age_days, repository=repository, key=key,
                                  identity=identity, issuer=issuer, tlog=tlog)
     if output is not None:
         files.write_output(output, text)  # atomic: a reader never sees half a policy

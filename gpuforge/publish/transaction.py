@@ -66,7 +66,7 @@ def _summarize(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> N
     try:
         attest.attest_data(ref, statements.vsa(ref, env=rec.env, requirements=requirements, inputs=inputs),
                            statements.VSA_TYPE, signer=signer)
-    except FatalError as e:
+    except (FatalError, statements.NotStandard) as e:
         print(f"gpuforge: warning: {rec.target} -> {rec.env}: promoted, but its SLSA verification summary was not "
               f"signed: {e}", file=sys.stderr, flush=True)
 

@@ -751,16 +751,25 @@ def _plain(fn):
     yield  # makes this a generator: the plain check runs in full at its first step
 
 
+ISOLATED_DEADLINE_S = 1500  # from its start: under the validator's 1800 s for the whole program, so a hung check
+# is killed and reported as its own failure, never the whole report lost to the outer timeout
+
+
 def spawn_isolated(name: str, thresholds: dict):
     """A check in fresh processes of this program with their own empty Inductor caches: compile_modes as one process
     per mode, started from here (no process in between whose own start would come first), any other as
-    `--serial --only NAME`. Returns result(timeout=1800) -> its result; a process still running then is killed."""
+    `--serial --only NAME`. Returns result(timeout=None) -> its result; a process still running at its deadline
+    (ISOLATED_DEADLINE_S from its start, or `timeout` from the call) is killed."""
     t0 = time.perf_counter()
+
+    def left(timeout: float | None) -> float:
+        return timeout if timeout is not None else max(0.1, ISOLATED_DEADLINE_S - (time.perf_counter() - t0))
+
     if name == "compile_modes":
         modes = _start_modes(COMPILE_MODES, thresholds)
 
-        def merged(timeout: float = 1800) -> dict:
-            res = modes(timeout)
+        def merged(timeout: float | None = None) -> dict:
+            res = modes(left(timeout))
             res["process_s"] = round(time.perf_counter() - t0, 2)  # the slowest mode's process, start to exit
             return res
         return merged
@@ -769,8 +778,8 @@ def spawn_isolated(name: str, thresholds: dict):
     env.pop("TRITON_CACHE_DIR", None)
     finish = _start_child(["--serial", "--only", name, "--thresholds", json.dumps(thresholds)], env)
 
-    def result(timeout: float = 1800) -> dict:
-        rc, text, errs = finish(timeout)
+    def result(timeout: float | None = None) -> dict:
+        rc, text, errs = finish(left(timeout))
         wall = round(time.perf_counter() - t0, 2)
         try:
             res = json.loads(text.strip().splitlines()[-1])["checks"][name]

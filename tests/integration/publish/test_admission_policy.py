@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 
@@ -181,11 +182,17 @@ def test_the_non_gpu_policy_admits_the_non_gpu_statement_and_not_a_pool_one(setu
 def test_policy_controller_document_carries_the_same_cue_and_the_key(setup):
     now = dt.datetime(2026, 12, 4, 12, tzinfo=dt.UTC)
     pub = setup["d"] / "ours.pub"
-    doc = json.loads(policy.policy_controller(env="prod", pool="h200", max_age_days=30, image_glob="r.example/x*",
+    doc = json.loads(policy.policy_controller(env="prod", pool="h200", max_age_days=30, repository="r.example/x",
                                               key=str(pub), identity=None, issuer=None, tlog=False, now=now))
+    assert doc["spec"]["images"] == [{"glob": "r.example/x"}, {"glob": "r.example/x:*"}, {"glob": "r.example/x@*"}]
     assert doc["apiVersion"] == "policy.sigstore.dev/v1beta1" and doc["kind"] == "ClusterImagePolicy"
     [auth] = doc["spec"]["authorities"]
     assert auth["key"]["data"] == pub.read_text()
     [att] = auth["attestations"]
     assert att["predicateType"] == statements.TEST_RESULT_TYPE and att["policy"]["type"] == "cue"
     assert att["policy"]["data"] == policy.cue(env="prod", pool="h200", max_age_days=30, now=now)
+    for bad in (setup["d"] / "ours.key", setup["d"] / "matrix.yaml"):  # a private key never goes into the document
+        r = subprocess.run([sys.executable, "-m", "gpuforge", "--matrix", str(setup["d"] / "matrix.yaml"), "policy",
+                            "--env", "prod", "--format", "policy-controller", "--key", str(bad)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "not a PEM public key" in r.stderr and "Traceback" not in r.stderr, r.stderr

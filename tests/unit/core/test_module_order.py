@@ -23,3 +23,17 @@ def test_the_order_is_applied_to_collected_items():
     conftest.pytest_collection_modifyitems(None, items)
     assert [i.nodeid for i in items] == [f"{LONGEST_FIRST[0]}::t", f"{LONGEST_FIRST[1]}::t1", f"{LONGEST_FIRST[1]}::t2",
                                          "tests/unit/a.py::t"]
+
+
+def test_the_engine_matrix_leaves_test_buildx_to_its_own_worker():
+    """xdist hands a worker its next module while it has 2 or fewer tests pending: the engine matrix (first) must have
+    at most 2 tests, so its worker takes test_buildx (third) and runs it after, never beside it (tests/conftest.py)."""
+    import ast
+
+    assert LONGEST_FIRST[0].endswith("test_engine_matrix.py") and LONGEST_FIRST[2].endswith("test_buildx.py")
+    tree = ast.parse((ROOT / LONGEST_FIRST[0]).read_text())
+    n = 0
+    for f in (x for x in tree.body if isinstance(x, ast.FunctionDef) and x.name.startswith("test_")):
+        params = [d for d in f.decorator_list if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "parametrize"]
+        n += len(params[0].args[1].elts) if params else 1
+    assert n <= 2, f"the engine matrix has {n} tests: its worker would not take test_buildx next"
