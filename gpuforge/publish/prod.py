@@ -26,9 +26,21 @@ def _epoch(iso: str | None) -> float | None:
     return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: str | None = None) -> str | None:
+def age_days(iso: str | None, now: dt.datetime | None = None) -> float | None:
+    """Days since `iso` (an ISO 8601 time, UTC when it names no zone); None when it is missing or not such a time."""
+    try:
+        t = dt.datetime.fromisoformat(str(iso)) if iso else None
+    except ValueError:
+        return None
+    if t is None:
+        return None
+    return ((now or dt.datetime.now(dt.UTC)) - (t if t.tzinfo else t.replace(tzinfo=dt.UTC))).total_seconds() / 86400
+
+
+def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: str | None = None,
+           max_age_days: float | None = None) -> str | None:
     """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build, made by this
-    checkout's validator set (for `image_id`, when given); else why not."""
+    checkout's validator set (for `image_id`, when given), signed within `max_age_days` (when given); else why not."""
     rep = Report.of(pred, "GPU validation statement")
     if not rep.gpu:
         return "not a GPU report"
@@ -46,29 +58,36 @@ def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: 
     built = _epoch(built_at)
     if built is not None and float(rep.started or 0) <= built:
         return "older than the build"
+    if max_age_days is not None:
+        age = age_days(rep.validated_at())
+        if age is None or age > max_age_days:
+            return (f"signed {age:.1f} days ago, past the time to live of {max_age_days:g} days" if age is not None
+                    else "its signing time is missing or not an ISO time")
     return None
 
 
 def pools_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None,
-                  image_id: str | None = None) -> list[str]:
+                  image_id: str | None = None, max_age_days: float | None = None) -> list[str]:
     """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) that no attestation in
     `attestations` (verified GPU validation predicates of this digest) covers, in the fleet's order."""
     return [p.name for p in target.pools
-            if not any(covers(p, a, built_at=built_at, image_id=image_id) is None for a in attestations)]
+            if not any(covers(p, a, built_at=built_at, image_id=image_id, max_age_days=max_age_days) is None
+                       for a in attestations)]
 
 
-def why_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None, image_id: str | None = None) -> str:
+def why_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None, image_id: str | None = None,
+                max_age_days: float | None = None) -> str:
     """One phrase per missing pool: its description and the last attestation's reason (for the refusal)."""
     out = []
     for p in target.pools:
-        reasons = [covers(p, a, built_at=built_at, image_id=image_id) for a in attestations]
+        reasons = [covers(p, a, built_at=built_at, image_id=image_id, max_age_days=max_age_days) for a in attestations]
         if None in reasons:
             continue
         out.append(f"{p.describe()}: " + (reasons[-1] if reasons else "no GPU attestation"))
     return "; ".join(out)
 
 
-def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool) -> None:
+def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool, max_age_days: float | None = None) -> None:
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
     is missing. Called once from gpuforge.publish.promote.plan for env == prod; `require_cve` is the
     prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
@@ -83,7 +102,7 @@ def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool) -> N
         reps = [Report.of(p, f"{ref}: signed validation statement")
                 for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)]
         preds = [r for r in reps if r.gpu]
-        kw = {"built_at": record.built_at, "image_id": record.image_id}
+        kw = {"built_at": record.built_at, "image_id": record.image_id, "max_age_days": max_age_days}
         missing = pools_missing(t, preds, **kw)
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "

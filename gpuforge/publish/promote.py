@@ -199,14 +199,14 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
 def too_old(ev: Evidence, max_age_days: float, now: dt.datetime | None = None) -> str | None:
     """Why the evidence a promotion relies on is past the environment's time to live (None: within it). A statement
     with no signing time is past it: its age cannot be shown."""
-    now = now or dt.datetime.now(dt.UTC)
     for what, at in (("validation", ev.validated_at), ("GPU validation", ev.gpu_validated_at if ev.gpu else "")):
         if at == "":
             continue
         if not at:
             return f"the newest signed {what} statement names no signing time"
-        t = dt.datetime.fromisoformat(at)
-        age = (now - (t if t.tzinfo else t.replace(tzinfo=dt.UTC))).total_seconds() / 86400
+        age = prod.age_days(at, now)
+        if age is None:
+            return f"the newest signed {what} statement's signing time {at!r} is not an ISO time"
         if age > max_age_days:
             return (f"the newest signed {what} statement was signed {age:.1f} days ago ({at}), past the time to live of "
                     f"{max_age_days:g} days (GPUFORGE_EVIDENCE_TTL_DAYS); re-validate")
@@ -272,7 +272,8 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     if max_age_days is not None and (why := too_old(ev, max_age_days)):
         _refuse(t.id, why)
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
-        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve)
+        prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve,
+                   max_age_days=max_age_days)
     tags = env_tags(t, tag, env)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:

@@ -39,9 +39,12 @@ SOON = 0.2  # evidence in the last fifth of its time to live is shown as expirin
 def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict:
     """When evidence signed at `validated_at` leaves the time to live (the admission policy's --max-age-days):
     {"at", "in_days" (negative: ago), "state": fresh | expiring | EXPIRED | unknown}."""
-    if not validated_at:
+    try:
+        at = dt.datetime.fromisoformat(validated_at) if validated_at else None
+    except ValueError:  # a statement signed by other means: its time is not shown, never a traceback
+        at = None
+    if at is None:
         return {"at": None, "in_days": None, "state": "unknown"}
-    at = dt.datetime.fromisoformat(validated_at)
     at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
     ends = at + dt.timedelta(days=ttl_days)
     left = (ends - (now or dt.datetime.now(dt.UTC))).total_seconds() / 86400
@@ -54,7 +57,7 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
     leaves the time to live."""
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
     if not signed:
-        return {"signed": 0, "green": False, "gpu": None}
+        return {"signed": 0, "green": False, "expires": None, "gpu": None}
     reports = signed_reports(ref, signed)
     newest = reports[signed[-1].index]
     gpu_runs = [reports[s.index] for s in signed if reports[s.index].gpu_run()]
@@ -72,7 +75,7 @@ def _expiry_text(e: dict | None) -> str:
     if not e or e["state"] == "unknown":
         return ""
     if e["state"] == "EXPIRED":
-        return f", EXPIRED {-e['in_days']:g} d ago"
+        return f", EXPIRED {abs(e['in_days']):g} d ago"
     return f", {'EXPIRES' if e['state'] == 'expiring' else 'expires'} in {e['in_days']:g} d"
 
 

@@ -55,3 +55,36 @@ def test_prod_holds_the_gpu_statement_to_it_too():
 def test_a_statement_with_no_signing_time_is_refused():
     assert "names no signing time" in promote.too_old(_ev(None), 30, NOW)
     assert "names no signing time" in promote.too_old(_ev("2026-12-30T12:00:00+00:00", None, gpu=True), 30, NOW)
+
+
+def test_a_signing_time_that_is_not_an_iso_time_is_refused_not_a_traceback():
+    why = promote.too_old(_ev("last tuesday"), 30, NOW)
+    assert why and "'last tuesday' is not an ISO time" in why
+
+
+def test_prod_holds_every_pool_s_gpu_evidence_to_it(tmp_path):
+    """A fresh H200 run and an A100 run signed 90 days ago: the a100 pool is not covered at a 30-day time to live."""
+    import copy
+
+    from fleet_reports import BASE, FLEET, base_from_h200_run, gpu_report
+
+    from gpuforge.plan.matrix import load_matrix
+    from gpuforge.publish import prod
+
+    (tmp_path / "matrix.yaml").write_text(BASE + FLEET.split("  l4x2:")[0])
+    t = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
+    h200 = gpu_report(base_from_h200_run())
+    a100 = copy.deepcopy(gpu_report(base_from_h200_run(), model="A100", driver="570.133.20"))
+    h200["run"] = {"signed_in_run": True, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    a100["run"] = {"signed_in_run": True,
+                   "signed_at": (dt.datetime.now(dt.UTC) - dt.timedelta(days=90)).isoformat(timespec="seconds")}
+    assert prod.pools_missing(t, [h200, a100]) == []
+    assert prod.pools_missing(t, [h200, a100], max_age_days=30) == ["a100"]
+    assert "past the time to live of 30 days" in prod.why_missing(t, [h200, a100], max_age_days=30)
+
+
+def test_status_shows_an_unreadable_time_as_unknown_and_no_negative_zero():
+    from gpuforge.publish import status
+
+    assert status.expiry("yesterday-ish", 30, NOW)["state"] == "unknown"
+    assert status._expiry_text({"at": "x", "in_days": -0.0, "state": "EXPIRED"}) == ", EXPIRED 0 d ago"
