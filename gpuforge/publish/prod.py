@@ -26,15 +26,20 @@ def _epoch(iso: str | None) -> float | None:
     return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def age_days(iso: str | None, now: dt.datetime | None = None) -> float | None:
-    """Days since `iso` (an ISO 8601 time, UTC when it names no zone); None when it is missing or not such a time."""
+def signed_time(iso: str | None) -> dt.datetime | None:
+    """A statement's signing time (ISO 8601, UTC when it names no zone); None when it is missing or not such a time:
+    a statement signed by other means is judged or shown as of unknown age, never a traceback."""
     try:
         t = dt.datetime.fromisoformat(str(iso)) if iso else None
     except ValueError:
         return None
-    if t is None:
-        return None
-    return ((now or dt.datetime.now(dt.UTC)) - (t if t.tzinfo else t.replace(tzinfo=dt.UTC))).total_seconds() / 86400
+    return t if t is None or t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def age_days(iso: str | None, now: dt.datetime | None = None) -> float | None:
+    """Days since `iso` (signed_time); None when it has none."""
+    t = signed_time(iso)
+    return None if t is None else ((now or dt.datetime.now(dt.UTC)) - t).total_seconds() / 86400
 
 
 def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: str | None = None,

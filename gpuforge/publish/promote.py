@@ -199,9 +199,8 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
 def too_old(ev: Evidence, max_age_days: float, now: dt.datetime | None = None) -> str | None:
     """Why the evidence a promotion relies on is past the environment's time to live (None: within it). A statement
     with no signing time is past it: its age cannot be shown."""
-    for what, at in (("validation", ev.validated_at), ("GPU validation", ev.gpu_validated_at if ev.gpu else "")):
-        if at == "":
-            continue
+    held = [("validation", ev.validated_at), *([("GPU validation", ev.gpu_validated_at)] if ev.gpu else [])]
+    for what, at in held:
         if not at:
             return f"the newest signed {what} statement names no signing time"
         age = prod.age_days(at, now)

@@ -12,7 +12,7 @@ from gpuforge.errors import ConfigError, StateError
 from gpuforge.options import Ttl
 from gpuforge.plan.matrix import Target
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import history
+from gpuforge.publish import history, prod
 from gpuforge.publish.promote import env_tags, signed_reports
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
@@ -39,13 +39,9 @@ SOON = 0.2  # evidence in the last fifth of its time to live is shown as expirin
 def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict:
     """When evidence signed at `validated_at` leaves the time to live (the admission policy's --max-age-days):
     {"at", "in_days" (negative: ago), "state": fresh | expiring | EXPIRED | unknown}."""
-    try:
-        at = dt.datetime.fromisoformat(validated_at) if validated_at else None
-    except ValueError:  # a statement signed by other means: its time is not shown, never a traceback
-        at = None
+    at = prod.signed_time(validated_at)
     if at is None:
         return {"at": None, "in_days": None, "state": "unknown"}
-    at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
     ends = at + dt.timedelta(days=ttl_days)
     left = (ends - (now or dt.datetime.now(dt.UTC))).total_seconds() / 86400
     state = "EXPIRED" if left <= 0 else "expiring" if left <= SOON * ttl_days else "fresh"
