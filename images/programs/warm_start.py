@@ -406,24 +406,53 @@ def package_facts(model, inputs, model_spec: str, make_model=None) -> dict:
 
 
 def open_package(package: str):
-    """A callable runner of the package. The C++ AOTIModelPackageLoader directly: torch 2.11's aoti_load_package
-    first probes the CPU's vector ISAs (a g++ build plus a Python start each: 22 s in a fresh container on the
-    H200, docs/measurements/gpu-21b.md) only to warn on a platform, machine, ISA or capability mismatch, which
-    the key's facts already cover. Falls back to aoti_load_package where the binding differs (torch 2.7's
-    loader takes three arguments)."""
+    """A callable runner of the package: the C++ AOTIModelPackageLoader directly, never aoti_load_package. On
+    torch 2.7.1 that function's module import alone (torch._inductor.package) costs 0.9 s of a 3 s warm start; on
+    torch 2.11 it first probes the CPU's vector ISAs (a g++ build plus a Python start each: 22 s in a fresh
+    container on the H200, docs/measurements/gpu-21b.md) only to warn on a mismatch the key's facts already
+    cover. The binding's arguments differ across torch: (path, name, single_threaded, runners, device) from 2.8,
+    (path, name, single_threaded) in 2.7; aoti_load_package only where neither fits."""
     import torch
     from torch.utils import _pytree as pytree
 
-    try:
-        loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, torch.cuda.current_device())
-        loader.run, loader.get_call_spec  # noqa: B018  (both or the fallback: bindings differ across torch)
-    except (TypeError, AttributeError):
-        return torch._inductor.aoti_load_package(package)
+    binding, loader = _direct_loader(torch, package)
+    if loader is None:
+        return _labelled(torch._inductor.aoti_load_package(package), "aoti_load_package")
     out_spec = pytree.treespec_loads(loader.get_call_spec()[1])
 
     def run(*args):  # what torch's AOTICompiledModel does: flatten the tensors, run, rebuild the outputs
         flat = [t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
         return pytree.tree_unflatten(loader.run(flat), out_spec)
+    return _labelled(run, binding)
+
+
+def _direct_loader(torch, package: str):
+    """(binding, AOTIModelPackageLoader) of the first constructor this torch accepts, or ("", None)."""
+    make = getattr(torch._C._aoti, "AOTIModelPackageLoader", None)
+    if make is None:
+        return "", None
+    device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    bindings = (
+        ("direct (5 arguments)", (package, "model", False, 1, device)),  # torch 2.8 and later
+        ("direct (3 arguments)", (package, "model", False)),  # torch 2.7
+    )
+    for binding, args in bindings:
+        try:
+            loader = make(*args)
+        except TypeError as e:  # pybind11's "incompatible constructor arguments": try the other binding
+            if "incompatible" not in str(e):
+                raise
+            continue
+        if hasattr(loader, "run") and hasattr(loader, "get_call_spec"):
+            return binding, loader
+    return "", None
+
+
+def _labelled(runner, binding: str):
+    """The runner, with the way it was loaded attached (the CPU validator holds the image to the direct one)."""
+    def run(*args):
+        return runner(*args)
+    run.binding = binding
     return run
 
 
@@ -545,7 +574,8 @@ def _serve(rep: dict, runner, package: str, specs: list, load_s: float) -> str:
     limit = warm_start_limit()
     if not err < limit:
         return f"its output is off the eager reference by {err:.2e} (>= {limit})"
-    rep.update(aot="loaded", aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
+    rep.update(aot="loaded", aot_binding=getattr(runner, "binding", "unknown"),
+               aot_load_s=round(load_s, 3), aot_calls_s=round(time.perf_counter() - t0, 3),
                rel_err=err, rel_err_limit=limit, first_correct_unix=first,
                first_ready_s=round(time.perf_counter() - T_START, 3))
     return ""

@@ -159,6 +159,11 @@ BROKEN += [  # the GPU smoke's compile steps, caught on the CPU box (#26): the t
      "CUDA_HOME environment variable is not set"),
     ("aoti-without-crt-headers", ["USER root", "RUN rm -r /opt/gpuforge/cuda/include/crt", "USER 1000"],
      "test_gpu_compile_cpu.py::test_aotinductor_cuda_wrapper_builds_and_links", "crt/host_defines.h"),
+    # the warm start's loader as it was: only torch 2.8's 5-argument binding, so torch 2.7.1 fell back to
+    # aoti_load_package and every warm start paid 0.9 s importing its module
+    ("warm-start-loader-as-it-was", ["USER root", "RUN sed -i '/\"direct (3 arguments)\"/d' /opt/gpuforge/programs/warm_start.py",
+                                     "USER 1000"],
+     "test_inductor_cpu.py::test_warm_start_opens_packages_with_the_direct_loader", "fell back to 'aoti_load_package'"),
     ("aoti-without-libcuda-to-link", ["USER root", "RUN rm /opt/gpuforge/cuda/lib64/libcuda.so", "USER 1000"],
      "test_gpu_compile_cpu.py::test_aotinductor_cuda_wrapper_builds_and_links", "cannot find -lcuda"),
 ]
