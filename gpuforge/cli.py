@@ -195,7 +195,9 @@ def cmd_validate(args) -> int:
 
         return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
                                               records=_records(o), pytest_args=o.pytest_args,
-                                              gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+                                              gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress,
+                                              verifier=_verifier_or_none(o), reuse_evidence=not o.no_reuse,
+                                              reuse_from=tuple(o.reuse_from))
     return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
 

@@ -95,6 +95,20 @@ def _cosign_key(value: str) -> str:
     return value
 
 
+def _public_key(value: str) -> str:
+    """--key: the public key that verifies. A private key here is the old spelling of `validate --key` (it once
+    signed): refused, naming --sign-key, before it is handed to cosign as a public key."""
+    _cosign_key(value)
+    try:
+        private = "://" not in value and b"PRIVATE KEY-----" in Path(value).read_bytes()[:4096]
+    except OSError:
+        private = False
+    if private:
+        msg = f"{value} is a private key: --key is the public key that verifies; sign with --sign-key KEY"
+        raise ValueError(msg)
+    return value
+
+
 # The CVE gate's severity scale, ascending (Grype's words upper-cased); gpuforge.cve.gate uses this one.
 CVE_SEVERITIES = ("UNKNOWN", "NEGLIGIBLE", "LOW", "MEDIUM", "HIGH", "CRITICAL")
 
@@ -192,6 +206,15 @@ def _steps(value) -> int:
 
 
 ENVIRONMENTS = ("dev", "prod")
+
+
+def _pinned_ref(value: str) -> str:
+    grammar.image_reference(value)  # ValueError (its message) when it is no image reference
+    m = grammar.reference_match(value)
+    if not (m.group(1) and m.group(4)):  # (registry, repository, tag, digest)
+        msg = f"{value!r} is not REGISTRY/REPO@sha256:DIGEST (evidence is read from a pinned digest)"
+        raise ValueError(msg)
+    return value
 
 
 def _text(value: str) -> str:
@@ -365,14 +388,20 @@ TABLE: tuple[Setting, ...] = (
             help="sign what this command makes onto the pushed digest with cosign, in this process (validate: this "
                  "run's result, green or not, the only way evidence is signed; cve-gate: the verdict; release-notes: "
                  "release-notes.json)"),
+    Setting(name="no_reuse", flag="--no-reuse", commands=("validate",), action="store_true", default=False,
+            help="validate --attest: run the validators even when a signed green run of the same layers, config and "
+                 "validator set exists (reuse by content is the default; it needs --key to verify that run)"),
+    Setting(name="reuse_from", flag="--reuse-from", commands=("validate",), action="append", default=(), check=_pinned_ref,
+            help="validate --attest: also consider this REGISTRY/REPO@sha256:DIGEST's signed evidence for reuse "
+                 "(repeatable; e.g. the image this copy was made from)"),
     Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,
             help="also require signed GPU evidence (prod always does, unless --allow-no-gpu)"),
     Setting(name="signing_key", flag="--sign-key", commands=("validate", "cve-gate", "release-notes", "promote", "rollback"),
             env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key that signs (password in COSIGN_PASSWORD): evidence, verdicts, notes, promotion "
                  "records; none: keyless (OIDC)"),
-    Setting(name="verify_key", flag="--key", commands=("promote", "policy", *_FLEET_READS, *_REGISTRY_READS),
-            env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_cosign_key,
+    Setting(name="verify_key", flag="--key", commands=("validate", "promote", "policy", *_FLEET_READS, *_REGISTRY_READS),
+            env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_public_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
     Setting(name="cosign_identity", commands=_SIGNED, env="GPUFORGE_COSIGN_IDENTITY", check=_text,
             help="keyless verification: the signer's certificate identity"),
@@ -420,7 +449,6 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType({s.name: s for s in TABLE})
 
 # Old spellings that meant something else on these commands than the flag means now: refused, naming the new one.
 RETIRED: Mapping[tuple[str, str], str] = MappingProxyType({
-    ("validate", "--key"): "--key is the public key that verifies; sign with --sign-key KEY",
     ("cve-gate", "--key"): "--key is the public key that verifies; sign with --sign-key KEY",
     ("rollback", "--to"): "--to named the digest to restore; give --digest DIGEST (the environment is --env)",
     ("prod-sboms", "--output"): "--output names a file; give the folder as --output-dir DIR",

@@ -13,13 +13,17 @@ import datetime as dt
 import tempfile
 from pathlib import Path
 
+import docker.errors
+
+from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import runinfo, statements
+from gpuforge.publish import reuse, runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
+from gpuforge.state import files
 from gpuforge.state.records import Records
-from gpuforge.validate import pytest_run
+from gpuforge.validate import evidence, pytest_run, report
 from gpuforge.validate import sbom as cyclonedx
 from gpuforge.validate.report_model import Report
 
@@ -71,15 +75,57 @@ def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: 
 
 
 def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.Signer, records: Records,
-                        pytest_args: str = "", gpu: bool = False,
-                        gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
+                        pytest_args: str = "", gpu: bool = False, gpu_request: str = "nvidia", progress_mode: str = "auto",
+                        verifier: attest.Verifier | None = None, reuse_evidence: bool = True,
+                        reuse_from: tuple[str, ...] = ()) -> int:
     refs = {t.id: pushed_ref(t, records, signer) for t in targets}  # every refusal before the first check runs
+    # reuse by content: an image run with no narrowing arguments (GPU evidence is not reused here yet)
+    may_reuse = reuse_evidence and not gpu and not pytest_args.strip()
+    left = [t for t in targets if not (may_reuse and _reused(t, refs[t.id], reports=reports, signer=signer,
+                                                             records=records, verifier=verifier, reuse_from=reuse_from))]
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
         sign_report(refs[t.id], rep, signer=signer, target=t, inventory=inventory if not gpu else None, os_name=t.os)
-        verdict = "green" if Report.of(rep).green else "NOT green"
+        signed = Report.of(rep)
+        verdict = "green" if signed.green else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
               flush=True)
+        key = reuse.key_of(signed)
+        if signed.green and key:  # a hint for the next copy of these bytes; the decision reads the signature
+            reuse.remember(records.state_dir, refs[t.id], key)
 
-    return pytest_run.validate_targets(targets, reports=reports, records=records, pytest_args=pytest_args, gpu=gpu,
+    if not left:
+        return 0
+    return pytest_run.validate_targets(left, reports=reports, records=records, pytest_args=pytest_args, gpu=gpu,
                                        gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)
+
+
+def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, records: Records,
+            verifier: attest.Verifier | None, reuse_from: tuple[str, ...]) -> bool:
+    """Sign a statement that reuses another digest's signed checks of the same content onto `ref`, and write it
+    as this target's report; False (the target is validated) when no candidate proves this content."""
+    rec = records.require_build(t.id)
+    try:
+        facts = evidence.content(engine.client().images.get(rec.image_id).attrs)
+    except docker.errors.ImageNotFound:
+        return False  # validate_targets says it in one line
+    key = reuse.content_key(**facts, validator_set=evidence.validator_set_hash())
+    candidates = [*reuse_from, *reuse.hinted(records.state_dir, key)]
+    if not candidates:
+        return False
+    found, passed_over = reuse.find(key, candidates, verifier, skip=ref)
+    for why in passed_over:
+        print(f"gpuforge: not reused: {why}", flush=True)
+    if found is None:
+        return False
+    stmt = statement(reuse.statement(found, image_id=rec.image_id), ref)
+    sign_report(ref, stmt, signer=signer, target=t, os_name=t.os)
+    rep = Report.of(stmt)
+    rpath = pytest_run.report_path(reports, t.id, False)
+    md = report.markdown(stmt)
+    with files.Folder(reports.parent, reports.name, t.id) as out, out.locked():
+        out.write_set({rpath.name: report.to_json(stmt).encode(), rpath.with_suffix(".md").name: md.encode()})
+        records.update_build(t.id, report=str(rpath), report_digest=evidence.digest_of(stmt))
+    print(f"gpuforge: reused: the image checks ({len(rep.checks)}) signed {found.report.run.signed_at} on "
+          f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
+    return True

@@ -62,7 +62,15 @@ def required_checks(gpu: bool) -> tuple[str, ...]:
     return ids
 
 
-def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool) -> dict:
+def content(image_attrs: dict) -> dict:
+    """What an image is, as its checks see it, from the engine's inspect: the layers' uncompressed digests
+    (rootfs.diff_ids) and a digest of its runtime config (what no layer carries: ENV, USER, ENTRYPOINT, labels)."""
+    cfg = json.dumps(image_attrs.get("Config") or {}, sort_keys=True, separators=(",", ":"))
+    return {"diff_ids": list(image_attrs.get("RootFS", {}).get("Layers") or []),
+            "config": "sha256:" + hashlib.sha256(cfg.encode()).hexdigest()}
+
+
+def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: dict | None = None) -> dict:
     """The evidence block validate adds to a report (host-side facts, not the plugin's)."""
     rep = data(rep)
     ran = {c["id"] for c in rep.get("checks", [])}
@@ -76,6 +84,7 @@ def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool) -> dict:
         "image_id": rep.get("facts", {}).get("image_id"),
         "repo_digests": rep.get("facts", {}).get("repo_digests", []),
         **({"gpu_host": gpu_host(rep)} if gpu else {}),
+        **(content or {}),
     }
 
 

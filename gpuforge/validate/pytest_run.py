@@ -139,8 +139,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     revision = _revision()
     for t in targets:
         rec = records.require_build(t.id)
-        try:
-            c.images.get(rec.image_id)
+        try:  # its layers and config: the content its evidence is reused by (gpuforge.publish.reuse)
+            content = evidence.content(c.images.get(rec.image_id).attrs)
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: image {rec.image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
             raise EngineError(msg) from None
@@ -165,7 +165,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                 failed.append(t.id)
                 print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
                 continue
-            rep = report.finish(raw, required=required, gpu=gpu, revision=revision)
+            rep = report.finish(raw, required=required, gpu=gpu, revision=revision, content=content)
             md = report.markdown(rep)
             outputs, inventory = _report_set(t, rec.image_id, rep, md, rpath, tj, own)
             kind = "gpu_report" if gpu else "report"

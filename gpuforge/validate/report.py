@@ -47,12 +47,13 @@ def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
     return not evidence.problems(rep, require_gpu=require_gpu)
 
 
-def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown") -> dict:
+def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown",
+           content: dict | None = None) -> dict:
     """The report with the host-side facts added: the evidence block (when `required` is given; else a host
     check, never evidence), the verdict, and who made it when (gpuforge version, git revision, machine)."""
     rep = dict(rep)
     if required is not None:
-        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu)
+        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu, content=content)
         rep["problems"] = evidence.problems(rep)
         rep["green"] = not rep["problems"]
     else:

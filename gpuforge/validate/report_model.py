@@ -69,6 +69,19 @@ class Evidence(BaseModel):
     image_id: str | None = None
     repo_digests: list[str] = []
     gpu_host: GpuHost | None = None
+    # what the run proved, as content (gpuforge.validate.evidence.content): evidence is reused by these
+    diff_ids: list[str] = []
+    config: str | None = None
+
+
+class ReusedFrom(BaseModel):
+    """A statement that reuses another's checks (gpuforge.publish.reuse): the statement it was checked against,
+    when that one was signed, and the content key both share."""
+
+    model_config = _SHAPE
+    source: str
+    signed_at: str | None = None
+    key: str
 
 
 class Run(BaseModel):
@@ -88,6 +101,7 @@ class Run(BaseModel):
     signed_in_run: bool = False
     subject: str | None = None
     signed_at: str | None = None
+    reused_from: ReusedFrom | None = None
 
 
 class Report(BaseModel):
@@ -150,7 +164,10 @@ class Report(BaseModel):
         return model, drv.get("driver")
 
     def validated_at(self) -> str | None:
-        """When: signed (a statement), else started (a report file), else unknown."""
+        """When: signed (a statement; a reused one: when the statement it reuses was), else started (a report file),
+        else unknown. Reuse never makes evidence younger than the run that made it."""
+        if self.run and self.run.reused_from and self.run.reused_from.signed_at:
+            return self.run.reused_from.signed_at
         if self.run and self.run.signed_at:
             return self.run.signed_at
         if self.started is not None:

@@ -12,8 +12,9 @@ pushed is that id (the containerd store pushes the bytes it holds), cosign signs
 and promotion copies exactly that digest.
 
 Cost: one cold build of the default image on the empty engine, shared by both provenance settings (the second
-build runs every step from this module's engine's cache and only exports), two full validations (each setting
-is another digest, and promotion needs signed evidence on it), pushes that reuse the exported blobs, and a zstd
+build runs every step from this module's engine's cache and only exports), one full validation (the second
+setting is another digest of the same layers and config: the first's signed evidence is reused by content, and
+the reuse is signed onto its digest, which promotion then reads), pushes that reuse the exported blobs, and a zstd
 push. Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
 """
 
@@ -88,10 +89,25 @@ def keys(tmp_path_factory):
     return {"key": str(d / "k.key"), "pub": str(d / "k.pub")}
 
 
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    """One state dir for both provenance settings, as one CI runner has: the second finds where the first signed
+    evidence for the same content (evidence-index.json) and reuses it."""
+    return tmp_path_factory.mktemp("engines-state")
+
+
+SIGNED: dict[str, str] = {}  # provenance -> the ref its validation was signed onto (the default case runs first)
+
+
+def rec_default_layers(engine26, source: str) -> list[str]:
+    """The layers of the image the first case signed, as that engine holds it (its digest is its image id)."""
+    return engine26.client.images.get(source.rsplit("@", 1)[1]).attrs["RootFS"]["Layers"]
+
+
 @pytest.mark.parametrize("provenance", ["default", "false"])
-def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry, keys, test_ca, tmp_path, provenance,
-                                                             monkeypatch):
-    env = {"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(tmp_path / "state"),
+def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry, keys, test_ca, state, tmp_path,
+                                                             provenance, monkeypatch):
+    env = {"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state),
            "GPUFORGE_LOG_DIR": str(tmp_path / "logs"), "COSIGN_PASSWORD": KEY_PASSWORD}
     reports = tmp_path / "reports"
     t = load_matrix().select(None)[0]
@@ -133,11 +149,24 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         plats = [d.get("platform", {}).get("os") for d in json.loads(m.body)["manifests"]]
         assert "linux" in plats and "unknown" in plats, plats
 
-    # the validating run signs its result onto the pushed digest (the only signing path)
-    cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"])
+    # the validating run signs its result onto the pushed digest (the only signing path). With provenance off the
+    # image is the same layers and config as the first case's (its index's image manifest): that run's signed
+    # evidence is reused by content, and no validator runs (#28)
+    out = cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"],
+              "--key", keys["pub"]).stdout
     [signed] = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
                                           state_here.verifier(keys["pub"]))  # subject == this digest, or none
     assert signed["evidence"]["image_id"] == rec["image_id"]
+    source = SIGNED.get("default") if provenance == "false" else None
+    if source:
+        assert "gpuforge: reused: the image checks" in out and "gpuforge: validating" not in out, out[-3000:]
+        assert signed["run"]["reused_from"]["source"] == source
+        assert signed["evidence"]["diff_ids"] == rec_default_layers(engine26, source)
+        print(f"reused {source}'s signed validation for {rec['image_id'][:19]}: no validator ran")
+    else:
+        assert "gpuforge: validating" in out and "reused_from" not in signed["run"]
+        assert signed["evidence"]["diff_ids"] and signed["evidence"]["config"]
+    SIGNED[provenance] = f"{host}/{repo}@{digest}"
 
     cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
         "--sign-key", keys["key"])

@@ -60,8 +60,19 @@ def test_promote_keeps_to_because_it_meant_the_environment(monkeypatch):
     assert args.env == "dev"
 
 
+def test_a_private_key_given_as_key_is_refused_naming_sign_key(tmp_path, capsys):
+    """`validate --key` once named the signing key; now --key is the public key everywhere (validate reads it to
+    verify evidence it may reuse), and a private key given there is refused in one line."""
+    key = tmp_path / "cosign.key"
+    key.write_text("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    for argv in (["validate", "--attest", "--key", str(key)], ["promote", "--env", "dev", "--key", str(key)]):
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and "is a private key: --key is the public key that verifies; sign with --sign-key KEY" \
+            in err and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize(("argv", "hint"), [
-    (["validate", "--attest", "--key", "cosign.key"], "--key is the public key that verifies; sign with --sign-key KEY"),
     (["cve-gate", "scan.json", "--key", "cosign.key"], "sign with --sign-key KEY"),
     (["rollback", "t", "--env", "prod", "--to", "sha256:abc"], "give --digest DIGEST (the environment is --env)"),
     (["prod-sboms", "--output", "out"], "give the folder as --output-dir DIR"),

@@ -1,0 +1,144 @@
+"""Evidence reused by content: a pushed image whose layers another signed, green, complete validation already
+proved, with the same validator set, is not validated again; `validate --attest` signs a statement of its own
+onto it that names the one it reuses (`run.reused_from`).
+
+The key is what the checks can see: the image's `rootfs.diff_ids` (digests of the uncompressed layers, so a zstd
+copy, a registry mirror and a `skopeo copy` share it with the original), a digest of its runtime config as the
+engine reports it (ENV, USER, ENTRYPOINT, labels: what no layer carries), the validator set's digest, and the kind
+of run (an image run; a GPU run adds its host's GPU models and driver). Both content facts are stamped into every
+report by the validating run (gpuforge.validate.evidence.content), so a signed statement names what it proved.
+
+Where candidates come from: the statements this state dir signed (evidence-index.json: a hint, never a
+decision) and `--reuse-from REF@DIGEST`. The decision reads the candidate's signed statements on the registry
+and verifies them with the public key; any doubt (no key, unreachable, unverifiable, another shape, red,
+partial, another key) means "run". The reused statement keeps the source's signing time as its age, so reuse
+never makes evidence younger than the run that made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuforge.errors import PromotionRefused, RegistryError, StateError
+from gpuforge.registry import attest
+from gpuforge.state import store
+from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
+
+INDEX = "evidence-index.json"
+FIX = "delete it (it only says where this state dir signed evidence; nothing is decided from it)"
+
+
+def content_key(*, diff_ids: list[str], config: str, validator_set: str, gpu: dict | None = None) -> str:
+    """sha256 over the canonical JSON of what the checks' verdict depends on (see the module doc)."""
+    facts = {"diff_ids": list(diff_ids), "config": config, "validator_set": validator_set,
+             "run": "gpu" if gpu is not None else "image", **({"gpu": gpu} if gpu is not None else {})}
+    return "sha256:" + hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def key_of(rep: Report) -> str | None:
+    """The content key a report proves (None: it names no layers or config, so it proves no content)."""
+    ev = rep.evidence
+    if ev is None or not ev.diff_ids or not ev.config or not ev.validator_set:
+        return None
+    gpu = None
+    if rep.gpu_run():
+        host = rep.host_of()
+        gpu = {"models": host.gpu_models, "driver": host.driver}
+    return content_key(diff_ids=ev.diff_ids, config=ev.config, validator_set=ev.validator_set, gpu=gpu)
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    ref: str
+    key: str
+
+
+class IndexFile(BaseModel):
+    """evidence-index.json: where this state dir's runs signed green evidence, by content key."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    schema_version: Literal[1] = 1
+    signed: list[Entry] = []
+
+
+def remember(state_dir: Path, ref: str, key: str) -> None:
+    """Add (ref, key) to the index, under the state dir's lock (the newest last, at most one row per ref)."""
+    def change(doc: IndexFile) -> None:
+        doc.signed = [*[e for e in doc.signed if e.ref != ref][-199:], Entry(ref=ref, key=key)]
+    store.update(state_dir, INDEX, IndexFile, change, fix=FIX)
+
+
+def hinted(state_dir: Path, key: str) -> list[str]:
+    """The refs the index says carry evidence for `key`, newest first; [] when the index is unreadable."""
+    try:
+        doc = store.load(state_dir, INDEX, IndexFile, fix=FIX)
+    except StateError:
+        return []
+    return [e.ref for e in reversed(doc.signed) if e.key == key]
+
+
+@dataclass(frozen=True)
+class Found:
+    source: str  # host/repo@digest whose statement is reused
+    report: Report  # that statement, verified
+    key: str
+
+
+def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
+         skip: str = "") -> tuple[Found | None, list[str]]:
+    """The first candidate whose newest signed validation statement is green, complete, signed in its run, not
+    itself a reuse, and proves `key`; else None. Also the reason each candidate was passed over."""
+    why: list[str] = []
+    if verifier is None:
+        return None, ["no public key to verify candidates with (--key or GPUFORGE_COSIGN_PUBLIC_KEY)"]
+    for ref in dict.fromkeys(candidates):
+        if ref == skip:
+            continue
+        try:
+            signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
+            rep = Report.of(signed[-1].predicate, f"{ref}: signed validation statement") if signed else None
+        except (RegistryError, PromotionRefused, StateError) as e:
+            why.append(f"{ref}: {e}")
+            continue
+        problem = _unusable(rep, key)
+        if problem:
+            why.append(f"{ref}: {problem}")
+            continue
+        return Found(source=ref, report=rep, key=key), why
+    return None, why
+
+
+def _unusable(rep: Report | None, key: str) -> str:
+    if rep is None:
+        return "no signed validation statement"
+    if not (rep.run and rep.run.signed_in_run):
+        return "its newest statement was not signed in its run"
+    if rep.run.reused_from is not None:
+        return "its newest statement is itself a reuse (only a run's own statement is reused)"
+    problems = evidence.problems(rep)
+    if problems:
+        return f"its newest statement is not evidence ({'; '.join(problems)[:200]})"
+    if rep.evidence and rep.evidence.validator_set != evidence.validator_set_hash():
+        return "made by another validator set"
+    if key_of(rep) != key:
+        return "its layers, config or run kind differ (another content key)"
+    return ""
+
+
+def statement(found: Found, *, image_id: str) -> dict:
+    """The report this run signs for the copy: the source's checks, this image's id, and where they came from.
+    signed_run.statement adds who signed it, when, and the subject."""
+    data = found.report.dump()
+    ev = {**data["evidence"], "image_id": image_id, "repo_digests": []}
+    run = {**data.get("run", {}), "reused_from": {"source": found.source, "signed_at": found.report.run.signed_at,
+                                                  "key": found.key}}
+    for k in ("signed_in_run", "subject", "signed_at"):
+        run.pop(k, None)
+    return {**data, "evidence": ev, "run": run}

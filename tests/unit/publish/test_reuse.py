@@ -1,0 +1,138 @@
+"""Evidence reused by content (#28): the mutation test. A candidate's signed statement is reused only when it proves
+the very content key asked for (layers, runtime config, validator set, and for a GPU run the GPU models and driver)
+and is green, complete, and signed in its own run. Each mutation re-runs; no false reuse.
+
+The registry read (attest.verified_statements) is replaced by the statements it would return: what is under test
+here is the decision. The real path (cosign, a registry, two engines' images) runs in
+tests/integration/publish/test_engine_matrix.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from fleet_reports import base_from_h200_run, gpu_report
+
+from gpuforge.errors import RegistryError
+from gpuforge.publish import reuse, signed_run
+from gpuforge.registry import attest
+from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
+
+SRC = "127.0.0.1:5000/gpuforge/a@sha256:" + "1" * 64
+COPY = "127.0.0.1:5001/gpuforge/a@sha256:" + "1" * 64
+LAYERS = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+CONFIG = "sha256:" + "c" * 64
+SIGNED_AT = "2026-11-20T12:00:00+00:00"
+VERIFIER = attest.Verifier(key="cosign.pub")
+
+
+def image_report(*, layers=LAYERS, config=CONFIG) -> dict:
+    rep = base_from_h200_run()
+    rep["gpu"] = False
+    rep["evidence"] = evidence.stamp(rep, required=tuple(c["id"] for c in rep["checks"]), gpu=False,
+                                     content={"diff_ids": list(layers), "config": config})
+    rep["run"] = {"signed_in_run": True, "signed_at": SIGNED_AT, "subject": SRC}
+    assert not evidence.problems(rep)
+    return rep
+
+
+def key(layers=LAYERS, config=CONFIG) -> str:
+    return reuse.content_key(diff_ids=layers, config=config, validator_set=evidence.validator_set_hash())
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """ref -> the predicates verify-attestation would return, oldest first (an exception: the read fails)."""
+    held: dict[str, list | Exception] = {}
+
+    def verified(ref, type_uri, verifier):
+        assert type_uri == attest.VALIDATION_TYPE and verifier is VERIFIER
+        got = held.get(ref, [])
+        if isinstance(got, Exception):
+            raise got
+        return [attest.Signed(predicate=copy.deepcopy(p), layer=f"sha256:{i:064x}", index=i) for i, p in enumerate(got)]
+    monkeypatch.setattr(attest, "verified_statements", verified)
+    return held
+
+
+def test_the_same_content_is_reused(registry):
+    registry[SRC] = [image_report()]
+    found, why = reuse.find(key(), [SRC], VERIFIER, skip=COPY)
+    assert found is not None and found.source == SRC and why == []
+
+
+@pytest.mark.parametrize(("mutation", "change"), [
+    ("a layer", lambda r: r["evidence"]["diff_ids"].__setitem__(1, "sha256:" + "e" * 64)),
+    ("a layer more", lambda r: r["evidence"]["diff_ids"].append("sha256:" + "e" * 64)),
+    ("the runtime config", lambda r: r["evidence"].__setitem__("config", "sha256:" + "f" * 64)),
+    ("the validator set", lambda r: r["evidence"].__setitem__("validator_set", "sha256:" + "0" * 64)),
+    ("no content named (an older gpuforge)", lambda r: r["evidence"].pop("diff_ids")),
+    ("a failed check", lambda r: r["checks"][0].__setitem__("outcome", "failed")),
+    ("a partial run", lambda r: r["evidence"].__setitem__("partial", True)),
+    ("signed after the fact", lambda r: r["run"].__setitem__("signed_in_run", False)),
+    ("itself a reuse", lambda r: r["run"].__setitem__("reused_from", {"source": SRC, "key": key()})),
+])
+def test_each_mutation_re_runs(registry, mutation, change):
+    rep = image_report()
+    change(rep)
+    registry[SRC] = [rep]
+    found, why = reuse.find(key(), [SRC], VERIFIER)
+    assert found is None, f"{mutation}: reused"
+    assert len(why) == 1 and why[0].startswith(SRC), why
+
+
+def test_the_newest_statement_decides_a_red_after_a_green_is_not_reused(registry):
+    red = image_report()
+    red["checks"][0]["outcome"] = "failed"
+    registry[SRC] = [image_report(), red]
+    assert reuse.find(key(), [SRC], VERIFIER)[0] is None
+
+
+def test_a_gpu_runs_key_names_its_pool_and_driver():
+    h200 = Report.of(_gpu(model="H200", driver="580.159.04"))
+    assert reuse.key_of(h200) == reuse.key_of(Report.of(_gpu(model="H200", driver="580.159.04")))
+    assert reuse.key_of(h200) != reuse.key_of(Report.of(_gpu(model="H200", driver="575.57.08")))  # the driver
+    assert reuse.key_of(h200) != reuse.key_of(Report.of(_gpu(model="A100", driver="580.159.04")))  # the pool's GPU
+    assert reuse.key_of(h200) != reuse.key_of(Report.of(image_report()))  # a GPU run is not an image run
+
+
+def _gpu(*, model: str, driver: str) -> dict:
+    rep = gpu_report(base_from_h200_run(), model=model, driver=driver)
+    rep["evidence"].update(diff_ids=list(LAYERS), config=CONFIG)
+    return rep
+
+
+def test_no_key_to_verify_with_means_run(registry):
+    registry[SRC] = [image_report()]
+    found, why = reuse.find(key(), [SRC], None)
+    assert found is None and "no public key" in why[0]
+
+
+def test_an_unreadable_candidate_is_passed_over_for_the_next(registry):
+    other = "127.0.0.1:5002/gpuforge/a@sha256:" + "1" * 64
+    registry[SRC] = RegistryError("cannot reach registry 127.0.0.1:5000 to verify attestations")
+    registry[other] = [image_report()]
+    found, why = reuse.find(key(), [SRC, other], VERIFIER)
+    assert found is not None and found.source == other and "cannot reach" in why[0]
+
+
+def test_the_reused_statement_names_its_source_and_keeps_its_age(registry, monkeypatch):
+    registry[SRC] = [image_report()]
+    found, _ = reuse.find(key(), [SRC], VERIFIER)
+    image_id = "sha256:" + "9" * 64
+    stmt = Report.of(signed_run.statement(reuse.statement(found, image_id=image_id), COPY))
+    assert stmt.run.reused_from.source == SRC and stmt.run.reused_from.key == key()
+    assert stmt.run.signed_in_run and stmt.run.subject == COPY
+    assert stmt.evidence.image_id == image_id and not evidence.problems(stmt)
+    assert stmt.validated_at() == SIGNED_AT  # the time to live counts from the run that made the evidence
+    assert reuse.key_of(stmt) == key()
+
+
+def test_the_index_is_a_hint_newest_first_and_unreadable_means_none(tmp_path):
+    reuse.remember(tmp_path, SRC, key())
+    reuse.remember(tmp_path, COPY, key())
+    reuse.remember(tmp_path, "127.0.0.1:5002/x@sha256:" + "2" * 64, key(config="sha256:" + "f" * 64))
+    assert reuse.hinted(tmp_path, key()) == [COPY, SRC]
+    (tmp_path / reuse.INDEX).write_text("{not json")
+    assert reuse.hinted(tmp_path, key()) == []
