@@ -142,3 +142,15 @@ def statement(found: Found, *, image_id: str) -> dict:
     for k in ("signed_in_run", "subject", "signed_at"):
         run.pop(k, None)
     return {**data, "evidence": ev, "run": run}
+
+
+def inventory(source: str, verifier: attest.Verifier, *, image_id: str) -> dict | None:
+    """The source's newest signed inventory (the packages its run read from the image), for this image id: the
+    same layers hold the same packages. None when it has none that verifies (the copy is then signed without)."""
+    try:
+        got = attest.verified_predicates(source, attest.INVENTORY_TYPE, verifier)
+    except (RegistryError, PromotionRefused):
+        return None
+    if not got or not isinstance(got[-1], dict) or not isinstance(got[-1].get("target"), str):
+        return None
+    return {**got[-1], "image_id": image_id}

@@ -119,7 +119,8 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     if found is None:
         return False
     stmt = statement(reuse.statement(found, image_id=rec.image_id), ref)
-    sign_report(ref, stmt, signer=signer, target=t, os_name=t.os)
+    sign_report(ref, stmt, signer=signer, target=t, os_name=t.os,
+                inventory=reuse.inventory(found.source, verifier, image_id=rec.image_id))
     rep = Report.of(stmt)
     rpath = pytest_run.report_path(reports, t.id, False)
     md = report.markdown(stmt)

@@ -136,3 +136,12 @@ def test_the_index_is_a_hint_newest_first_and_unreadable_means_none(tmp_path):
     assert reuse.hinted(tmp_path, key()) == [COPY, SRC]
     (tmp_path / reuse.INDEX).write_text("{not json")
     assert reuse.hinted(tmp_path, key()) == []
+
+
+def test_the_copy_carries_the_sources_newest_inventory_under_its_own_image_id(monkeypatch):
+    held = {SRC: [{"target": "t", "image_id": "sha256:" + "1" * 64, "packages": {"torch": "2.7.1"}},
+                  {"target": "t", "image_id": "sha256:" + "1" * 64, "packages": {"torch": "2.7.1+cu126"}}]}
+    monkeypatch.setattr(attest, "verified_predicates", lambda ref, type_uri, verifier: held.get(ref, []))
+    got = reuse.inventory(SRC, VERIFIER, image_id="sha256:" + "9" * 64)
+    assert got == {"target": "t", "image_id": "sha256:" + "9" * 64, "packages": {"torch": "2.7.1+cu126"}}
+    assert reuse.inventory(COPY, VERIFIER, image_id="sha256:" + "9" * 64) is None  # none signed there
