@@ -208,7 +208,8 @@ def too_old(ev: Evidence, max_age_days: float, now: dt.datetime | None = None) -
             return f"the newest signed {what} statement's signing time {at!r} is not an ISO time"
         if age > max_age_days:
             return (f"the newest signed {what} statement was signed {age:.1f} days ago ({at}), past the time to live of "
-                    f"{max_age_days:g} days (GPUFORGE_EVIDENCE_TTL_DAYS); re-validate")
+                    f"{max_age_days:g} days (GPUFORGE_EVIDENCE_TTL_DAYS); re-validate (`validate --attest --no-reuse`: "
+                    "a reuse keeps its source's age)")
     return None
 
 

@@ -5,7 +5,8 @@ onto it that names the one it reuses (`run.reused_from`).
 The key is what the checks can see: the image's `rootfs.diff_ids` (digests of the uncompressed layers, so a zstd
 copy, a registry mirror and a `skopeo copy` share it with the original), a digest of its runtime config as the
 engine reports it (ENV, USER, ENTRYPOINT, labels: what no layer carries), the validator set's digest, and the kind
-of run (an image run; a GPU run adds its host's GPU models and driver). Both content facts are stamped into every
+of run (an image run; a GPU run adds its host's GPU models and driver), and what the run checked it against (the
+target.json and the build's CA bundle). Both content facts are stamped into every
 report by the validating run (gpuforge.validate.evidence.content), so a signed statement names what it proved.
 
 Where candidates come from: the statements this state dir signed (evidence-index.json: a hint, never a
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,18 +28,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuforge.errors import PromotionRefused, RegistryError, StateError
+from gpuforge.plan.target import ImageRef
+from gpuforge.publish import prod
 from gpuforge.registry import attest
 from gpuforge.state import store
 from gpuforge.validate import evidence
-from gpuforge.validate.report_model import Report
+from gpuforge.validate.report_model import Report, ReusedFrom, Run
 
 INDEX = "evidence-index.json"
 FIX = "delete it (it only says where this state dir signed evidence; nothing is decided from it)"
 
 
-def content_key(*, diff_ids: list[str], config: str, validator_set: str, gpu: dict | None = None) -> str:
+def content_key(*, diff_ids: list[str], config: str, inputs: str, validator_set: str, gpu: dict | None = None) -> str:
     """sha256 over the canonical JSON of what the checks' verdict depends on (see the module doc)."""
-    facts = {"diff_ids": list(diff_ids), "config": config, "validator_set": validator_set,
+    facts = {"diff_ids": list(diff_ids), "config": config, "inputs": inputs, "validator_set": validator_set,
              "run": "gpu" if gpu is not None else "image", **({"gpu": gpu} if gpu is not None else {})}
     return "sha256:" + hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -45,13 +49,13 @@ def content_key(*, diff_ids: list[str], config: str, validator_set: str, gpu: di
 def key_of(rep: Report) -> str | None:
     """The content key a report proves (None: it names no layers or config, so it proves no content)."""
     ev = rep.evidence
-    if ev is None or not ev.diff_ids or not ev.config or not ev.validator_set:
+    if ev is None or not ev.diff_ids or not ev.config or not ev.inputs or not ev.validator_set:
         return None
     gpu = None
     if rep.gpu_run():
         host = rep.host_of()
         gpu = {"models": host.gpu_models, "driver": host.driver}
-    return content_key(diff_ids=ev.diff_ids, config=ev.config, validator_set=ev.validator_set, gpu=gpu)
+    return content_key(diff_ids=ev.diff_ids, config=ev.config, inputs=ev.inputs, validator_set=ev.validator_set, gpu=gpu)
 
 
 class Entry(BaseModel):
@@ -69,10 +73,24 @@ class IndexFile(BaseModel):
 
 
 def remember(state_dir: Path, ref: str, key: str) -> None:
-    """Add (ref, key) to the index, under the state dir's lock (the newest last, at most one row per ref)."""
+    """Add (ref, key) to the index, under the state dir's lock (the newest last, at most one row per ref). Called
+    after a statement is signed: an index that cannot be written is a warning, never the run's failure."""
     def change(doc: IndexFile) -> None:
         doc.signed = [*[e for e in doc.signed if e.ref != ref][-199:], Entry(ref=ref, key=key)]
-    store.update(state_dir, INDEX, IndexFile, change, fix=FIX)
+    try:
+        store.update(state_dir, INDEX, IndexFile, change, fix=FIX)
+    except StateError as e:
+        print(f"gpuforge: warning: the evidence index was not updated ({e}); later copies of this image are "
+              "validated rather than reused", file=sys.stderr)
+
+
+def pinned(ref: str) -> str | None:
+    """REGISTRY/REPO@DIGEST of a reference that names a registry and a digest (any tag dropped); else None."""
+    try:
+        r = ImageRef.parse(ref)
+    except ValueError:
+        return None
+    return str(r.pinned(r.digest)) if r.registry and r.digest else None
 
 
 def hinted(state_dir: Path, key: str) -> list[str]:
@@ -81,7 +99,7 @@ def hinted(state_dir: Path, key: str) -> list[str]:
         doc = store.load(state_dir, INDEX, IndexFile, fix=FIX)
     except StateError:
         return []
-    return [e.ref for e in reversed(doc.signed) if e.key == key]
+    return [p for p in (pinned(e.ref) for e in reversed(doc.signed) if e.key == key) if p]
 
 
 @dataclass(frozen=True)
@@ -98,13 +116,13 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
     why: list[str] = []
     if verifier is None:
         return None, ["no public key to verify candidates with (--key or GPUFORGE_COSIGN_PUBLIC_KEY)"]
-    for ref in dict.fromkeys(candidates):
-        if ref == skip:
+    own = pinned(skip)
+    for ref in dict.fromkeys(p for p in map(pinned, candidates) if p):
+        if ref == own:
             continue
         try:
-            signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
-            rep = Report.of(signed[-1].predicate, f"{ref}: signed validation statement") if signed else None
-        except (RegistryError, PromotionRefused, StateError) as e:
+            rep = _newest(ref, verifier)
+        except (RegistryError, PromotionRefused, StateError, ValueError) as e:
             why.append(f"{ref}: {e}")
             continue
         problem = _unusable(rep, key)
@@ -115,9 +133,31 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
     return None, why
 
 
+def _newest(ref: str, verifier: attest.Verifier) -> Report | None:
+    """The newest verified validation statement on ref (None: none)."""
+    signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
+    return Report.of(signed[-1].predicate, f"{ref}: signed validation statement") if signed else None
+
+
+def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:
+    """Why this digest's own newest signed statement forbids reuse ("" when it does not): a red or partial run of
+    these very bytes is not papered over by an older green one elsewhere; the validators run again."""
+    if verifier is None:
+        return ""
+    try:
+        rep = _newest(ref, verifier)
+    except (RegistryError, PromotionRefused, StateError, ValueError) as e:
+        return f"its own statements could not be read ({e})"
+    if rep is not None and evidence.problems(rep):
+        return "its own newest signed statement is not green"
+    return ""
+
+
 def _unusable(rep: Report | None, key: str) -> str:
     if rep is None:
         return "no signed validation statement"
+    if not (rep.run and rep.run.signed_at and prod.signed_time(rep.run.signed_at)):
+        return "its newest statement has no signing time (its age is unknown)"
     if not (rep.run and rep.run.signed_in_run):
         return "its newest statement was not signed in its run"
     if rep.run.reused_from is not None:
@@ -135,16 +175,18 @@ def _unusable(rep: Report | None, key: str) -> str:
 def statement(found: Found, *, image_id: str) -> dict:
     """The report this run signs for the copy: the source's checks, this image's id, and where they came from.
     signed_run.statement adds who signed it, when, and the subject."""
-    data = found.report.dump()
-    ev = {**data["evidence"], "image_id": image_id, "repo_digests": []}
-    run = {**data.get("run", {}), "reused_from": {"source": found.source, "signed_at": found.report.run.signed_at,
-                                                  "key": found.key}}
-    for k in ("signed_in_run", "subject", "signed_at"):
-        run.pop(k, None)
-    return {**data, "evidence": ev, "run": run}
+    rep = found.report
+    source = ReusedFrom(source=found.source, signed_at=rep.run.signed_at, key=found.key)
+    run = Run.model_validate({**rep.run.model_dump(exclude_unset=True, exclude={"signed_in_run", "subject", "signed_at"}),
+                              "reused_from": source.model_dump()})
+    copied = rep.model_copy(update={
+        "facts": {**rep.facts, "image_id": image_id, "repo_digests": []},
+        "evidence": rep.evidence.model_copy(update={"image_id": image_id, "repo_digests": []}),
+        "run": run})
+    return Report.of(copied.dump(), "the reused statement").dump()
 
 
-def inventory(source: str, verifier: attest.Verifier, *, image_id: str) -> dict | None:
+def inventory(source: str, verifier: attest.Verifier, *, target_id: str, image_id: str) -> dict | None:
     """The source's newest signed inventory (the packages its run read from the image), for this image id: the
     same layers hold the same packages. None when it has none that verifies (the copy is then signed without)."""
     try:
@@ -153,4 +195,4 @@ def inventory(source: str, verifier: attest.Verifier, *, image_id: str) -> dict 
         return None
     if not got or not isinstance(got[-1], dict) or not isinstance(got[-1].get("target"), str):
         return None
-    return {**got[-1], "image_id": image_id}
+    return {**got[-1], "target": target_id, "image_id": image_id}

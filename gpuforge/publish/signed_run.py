@@ -60,7 +60,9 @@ def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: 
     of `target` the run's GPU host is a node of), and the image's inventory. The only signing path for evidence."""
     stmt = statement(rep, ref)
     signed = Report.of(stmt)
-    at = dt.datetime.fromisoformat(str(signed.run.signed_at)) if signed.run and signed.run.signed_at else None
+    # when the checks ran: a reuse's statements carry its source's time, so an admission policy's cut-off sees
+    # the evidence's real age (Report.validated_at)
+    at = dt.datetime.fromisoformat(str(signed.validated_at())) if signed.validated_at() else None
     results = statements.test_results(signed, ref=ref, target=target, signed_at=at)  # checked before anything is signed
     attest.attest_data(ref, stmt, attest.VALIDATION_TYPE, signer=signer)
     for result in results:
@@ -106,27 +108,38 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     as this target's report; False (the target is validated) when no candidate proves this content."""
     rec = records.require_build(t.id)
     try:
-        facts = evidence.content(engine.client().images.get(rec.image_id).attrs)
+        image = engine.client().images.get(rec.image_id)
     except docker.errors.ImageNotFound:
         return False  # validate_targets says it in one line
+    tj = pytest_run.rendered_target_json(t)
+    facts = evidence.content(image, inputs=evidence.run_inputs(tj, rec.extra_ca))
     key = reuse.content_key(**facts, validator_set=evidence.validator_set_hash())
     candidates = [*reuse_from, *reuse.hinted(records.state_dir, key)]
     if not candidates:
         return False
     found, passed_over = reuse.find(key, candidates, verifier, skip=ref)
-    for why in passed_over:
+    red = reuse.own_newest_is_red(ref, verifier) if found else ""
+    for why in [*passed_over, *([f"{ref}: {red}"] if red else [])]:
         print(f"gpuforge: not reused: {why}", flush=True)
-    if found is None:
+    if found is None or red:
         return False
     stmt = statement(reuse.statement(found, image_id=rec.image_id), ref)
-    sign_report(ref, stmt, signer=signer, target=t, os_name=t.os,
-                inventory=reuse.inventory(found.source, verifier, image_id=rec.image_id))
+    inventory = reuse.inventory(found.source, verifier, target_id=t.id, image_id=rec.image_id)
+    sign_report(ref, stmt, signer=signer, target=t, os_name=t.os, inventory=inventory)
     rep = Report.of(stmt)
-    rpath = pytest_run.report_path(reports, t.id, False)
-    md = report.markdown(stmt)
-    with files.Folder(reports.parent, reports.name, t.id) as out, out.locked():
-        out.write_set({rpath.name: report.to_json(stmt).encode(), rpath.with_suffix(".md").name: md.encode()})
-        records.update_build(t.id, report=str(rpath), report_digest=evidence.digest_of(stmt))
+    _write_reused(t, stmt, reports=reports, records=records, target_json=tj)
     print(f"gpuforge: reused: the image checks ({len(rep.checks)}) signed {found.report.run.signed_at} on "
           f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
     return True
+
+
+def _write_reused(t: Target, stmt: dict, *, reports: Path, records: Records, target_json: Path) -> None:
+    """The reused statement as this target's report set (the JSON, its Markdown, the target.json it was checked
+    against), as one set under the folder's lock with its recorded digest, as a run writes its own."""
+    rpath = pytest_run.report_path(reports, t.id, False)
+    md = report.markdown(stmt)
+    with files.Folder(reports.parent, reports.name, t.id) as out, out.locked():
+        out.write_set({rpath.name: report.to_json(stmt).encode(), rpath.with_suffix(".md").name: md.encode(),
+                       "target.json": target_json.read_bytes()})
+        records.update_build(t.id, report=str(rpath), report_digest=evidence.digest_of(stmt))
+    report.summarize(md)

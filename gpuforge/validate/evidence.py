@@ -17,6 +17,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from gpuforge import __version__, paths
 from gpuforge.errors import ValidationFailed
@@ -62,12 +63,31 @@ def required_checks(gpu: bool) -> tuple[str, ...]:
     return ids
 
 
-def content(image_attrs: dict) -> dict:
-    """What an image is, as its checks see it, from the engine's inspect: the layers' uncompressed digests
-    (rootfs.diff_ids) and a digest of its runtime config (what no layer carries: ENV, USER, ENTRYPOINT, labels)."""
-    cfg = json.dumps(image_attrs.get("Config") or {}, sort_keys=True, separators=(",", ":"))
-    return {"diff_ids": list(image_attrs.get("RootFS", {}).get("Layers") or []),
-            "config": "sha256:" + hashlib.sha256(cfg.encode()).hexdigest()}
+def content(image, *, inputs: list[bytes]) -> dict:
+    """What an image is, as its checks see it, from the engine (a docker SDK Image): the layers' uncompressed digests
+    (rootfs.diff_ids); a digest of what no layer carries (the runtime config: ENV, USER, ENTRYPOINT, labels; the
+    platform; the history's commands, which the secrets check reads); and a digest of what the run was given to
+    check it against (`inputs`: the target.json the validators read, the build's CA bundle)."""
+    attrs = image.attrs
+    seen = {"config": attrs.get("Config") or {}, "platform": [attrs.get(k) for k in ("Os", "Architecture", "Variant")],
+            "history": [[h.get("CreatedBy"), h.get("Comment")] for h in image.history()]}
+    h = hashlib.sha256()
+    for blob in inputs:
+        h.update(hashlib.sha256(blob).digest())
+    return {"diff_ids": list(attrs.get("RootFS", {}).get("Layers") or []),
+            "config": "sha256:" + hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+            "inputs": "sha256:" + h.hexdigest()}
+
+
+def run_inputs(target_json: Path, extra_ca: str | None) -> list[bytes]:
+    """What a run checks an image against, as bytes: the target.json, and the CA bundle the build was given."""
+    ca = b""
+    if extra_ca:
+        try:
+            ca = Path(extra_ca).read_bytes()
+        except OSError:
+            ca = extra_ca.encode()  # named but unreadable: the name still tells runs apart
+    return [target_json.read_bytes(), ca]
 
 
 def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: dict | None = None) -> dict:

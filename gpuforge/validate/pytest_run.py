@@ -139,8 +139,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     revision = _revision()
     for t in targets:
         rec = records.require_build(t.id)
-        try:  # its layers and config: the content its evidence is reused by (gpuforge.publish.reuse)
-            content = evidence.content(c.images.get(rec.image_id).attrs)
+        try:
+            image = c.images.get(rec.image_id)
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: image {rec.image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
             raise EngineError(msg) from None
@@ -150,6 +150,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                 tempfile.TemporaryDirectory(prefix=f"gpuforge-validate-{t.id[:40]}-") as tmp:
             own = Path(tmp)
             tj = rendered_target_json(t)
+            # what the run proves, as content: what its evidence is reused by (gpuforge.publish.reuse)
+            content = evidence.content(image, inputs=evidence.run_inputs(tj, rec.extra_ca))
             args = ["--gpuforge-image", rec.image_id, "--gpuforge-target", str(tj),
                     "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml"),
                     "-o", f"junit_suite_name={t.id}"]

@@ -72,6 +72,7 @@ class Evidence(BaseModel):
     # what the run proved, as content (gpuforge.validate.evidence.content): evidence is reused by these
     diff_ids: list[str] = []
     config: str | None = None
+    inputs: str | None = None
 
 
 class ReusedFrom(BaseModel):

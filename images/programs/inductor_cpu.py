@@ -71,11 +71,11 @@ def aoti_loader(torch, model, x) -> dict:
     a GPU node."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    from gpu_smoke import aoti_build_configs
-    from warm_start import open_package
-
     got: dict = {}
     try:
+        from gpu_smoke import aoti_build_configs
+        from warm_start import open_package
+
         with tempfile.TemporaryDirectory(prefix="gpuforge-aoti-cpu-") as d, torch.no_grad():
             t0 = time.perf_counter()
             pkg = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)),

@@ -23,22 +23,23 @@ SRC = "127.0.0.1:5000/gpuforge/a@sha256:" + "1" * 64
 COPY = "127.0.0.1:5001/gpuforge/a@sha256:" + "1" * 64
 LAYERS = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
 CONFIG = "sha256:" + "c" * 64
+INPUTS = "sha256:" + "d" * 64
 SIGNED_AT = "2026-11-20T12:00:00+00:00"
 VERIFIER = attest.Verifier(key="cosign.pub")
 
 
-def image_report(*, layers=LAYERS, config=CONFIG) -> dict:
+def image_report(*, layers=LAYERS, config=CONFIG, inputs=INPUTS) -> dict:
     rep = base_from_h200_run()
     rep["gpu"] = False
     rep["evidence"] = evidence.stamp(rep, required=tuple(c["id"] for c in rep["checks"]), gpu=False,
-                                     content={"diff_ids": list(layers), "config": config})
+                                     content={"diff_ids": list(layers), "config": config, "inputs": inputs})
     rep["run"] = {"signed_in_run": True, "signed_at": SIGNED_AT, "subject": SRC}
     assert not evidence.problems(rep)
     return rep
 
 
-def key(layers=LAYERS, config=CONFIG) -> str:
-    return reuse.content_key(diff_ids=layers, config=config, validator_set=evidence.validator_set_hash())
+def key(layers=LAYERS, config=CONFIG, inputs=INPUTS) -> str:
+    return reuse.content_key(diff_ids=layers, config=config, inputs=inputs, validator_set=evidence.validator_set_hash())
 
 
 @pytest.fixture
@@ -62,10 +63,18 @@ def test_the_same_content_is_reused(registry):
     assert found is not None and found.source == SRC and why == []
 
 
+def test_a_digest_never_reuses_itself_and_a_bad_hint_is_passed_over(registry):
+    registry[SRC] = [image_report()]
+    tagged = SRC.replace("@", ":v1@")  # the same digest named with a tag
+    assert reuse.find(key(), [tagged, "not a ref", "127.0.0.1:5000/x:v1"], VERIFIER, skip=SRC) == (None, [])
+
+
 @pytest.mark.parametrize(("mutation", "change"), [
     ("a layer", lambda r: r["evidence"]["diff_ids"].__setitem__(1, "sha256:" + "e" * 64)),
     ("a layer more", lambda r: r["evidence"]["diff_ids"].append("sha256:" + "e" * 64)),
-    ("the runtime config", lambda r: r["evidence"].__setitem__("config", "sha256:" + "f" * 64)),
+    ("the runtime config, platform or history", lambda r: r["evidence"].__setitem__("config", "sha256:" + "f" * 64)),
+    ("the target.json or CA it was checked against", lambda r: r["evidence"].__setitem__("inputs", "sha256:" + "f" * 64)),
+    ("no signing time", lambda r: r["run"].pop("signed_at")),
     ("the validator set", lambda r: r["evidence"].__setitem__("validator_set", "sha256:" + "0" * 64)),
     ("no content named (an older gpuforge)", lambda r: r["evidence"].pop("diff_ids")),
     ("a failed check", lambda r: r["checks"][0].__setitem__("outcome", "failed")),
@@ -99,7 +108,7 @@ def test_a_gpu_runs_key_names_its_pool_and_driver():
 
 def _gpu(*, model: str, driver: str) -> dict:
     rep = gpu_report(base_from_h200_run(), model=model, driver=driver)
-    rep["evidence"].update(diff_ids=list(LAYERS), config=CONFIG)
+    rep["evidence"].update(diff_ids=list(LAYERS), config=CONFIG, inputs=INPUTS)
     return rep
 
 
@@ -133,6 +142,7 @@ def test_the_index_is_a_hint_newest_first_and_unreadable_means_none(tmp_path):
     reuse.remember(tmp_path, SRC, key())
     reuse.remember(tmp_path, COPY, key())
     reuse.remember(tmp_path, "127.0.0.1:5002/x@sha256:" + "2" * 64, key(config="sha256:" + "f" * 64))
+    reuse.remember(tmp_path, "no-registry/x:tag", key())  # a hand-edited row: passed over, never a traceback
     assert reuse.hinted(tmp_path, key()) == [COPY, SRC]
     (tmp_path / reuse.INDEX).write_text("{not json")
     assert reuse.hinted(tmp_path, key()) == []
@@ -142,6 +152,41 @@ def test_the_copy_carries_the_sources_newest_inventory_under_its_own_image_id(mo
     held = {SRC: [{"target": "t", "image_id": "sha256:" + "1" * 64, "packages": {"torch": "2.7.1"}},
                   {"target": "t", "image_id": "sha256:" + "1" * 64, "packages": {"torch": "2.7.1+cu126"}}]}
     monkeypatch.setattr(attest, "verified_predicates", lambda ref, type_uri, verifier: held.get(ref, []))
-    got = reuse.inventory(SRC, VERIFIER, image_id="sha256:" + "9" * 64)
-    assert got == {"target": "t", "image_id": "sha256:" + "9" * 64, "packages": {"torch": "2.7.1+cu126"}}
-    assert reuse.inventory(COPY, VERIFIER, image_id="sha256:" + "9" * 64) is None  # none signed there
+    got = reuse.inventory(SRC, VERIFIER, target_id="u", image_id="sha256:" + "9" * 64)
+    assert got == {"target": "u", "image_id": "sha256:" + "9" * 64, "packages": {"torch": "2.7.1+cu126"}}
+    assert reuse.inventory(COPY, VERIFIER, target_id="u", image_id="sha256:" + "9" * 64) is None  # none signed there
+
+
+def test_the_copys_own_red_run_is_not_papered_over(registry):
+    red = image_report()
+    red["checks"][0]["outcome"] = "failed"
+    registry[COPY] = [red]
+    assert reuse.own_newest_is_red(COPY, VERIFIER) == "its own newest signed statement is not green"
+    registry[COPY] = []
+    assert reuse.own_newest_is_red(COPY, VERIFIER) == ""
+    registry[COPY] = RegistryError("cannot reach registry")
+    assert "could not be read" in reuse.own_newest_is_red(COPY, VERIFIER)
+
+
+def test_promotion_judges_the_reused_statement_and_the_test_result_keeps_the_sources_time(registry, tmp_path,
+                                                                                          monkeypatch):
+    from fleet_reports import BASE
+
+    from gpuforge.plan.matrix import load_matrix
+    from gpuforge.publish import promote, statements
+
+    registry[SRC] = [image_report()]
+    found, _ = reuse.find(key(), [SRC], VERIFIER)
+    image_id = "sha256:" + "9" * 64
+    stmt = signed_run.statement(reuse.statement(found, image_id=image_id), COPY)
+    registry[COPY] = [stmt]
+    ev = promote.judge(COPY, image_id, VERIFIER, require_gpu=False, who="t")
+    assert ev.green and ev.validated_at == SIGNED_AT
+    (tmp_path / "matrix.yaml").write_text(BASE)
+    target = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
+    signed: list[tuple[str, dict]] = []
+    monkeypatch.setattr(attest, "attest_data", lambda ref, data, type_uri, signer: signed.append((type_uri, data)))
+    signed_run.sign_report(COPY, stmt, signer=None, target=target)
+    results = [d for t, d in signed if t == statements.TEST_RESULT_TYPE]
+    runs = [c for r in results for c in r["configuration"] if c["name"] == statements.RUN]
+    assert runs and all(c["annotations"]["signedAt"] == SIGNED_AT for c in runs), runs  # the source's time, not now
