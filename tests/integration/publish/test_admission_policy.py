@@ -195,4 +195,6 @@ def test_policy_controller_document_carries_the_same_cue_and_the_key(setup):
         r = subprocess.run([sys.executable, "-m", "gpuforge", "--matrix", str(setup["d"] / "matrix.yaml"), "policy",
                             "--env", "prod", "--format", "policy-controller", "--key", str(bad)],
                            capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2 and "not a PEM public key" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        # the private key is refused by the option's own check (every --key), the matrix file by the policy's
+        why = "is a private key: --key is the public key" if bad.suffix == ".key" else "not a PEM public key"
+        assert r.returncode == 2 and why in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
