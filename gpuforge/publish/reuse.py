@@ -3,11 +3,11 @@ proved, with the same validator set, is not validated again; `validate --attest`
 onto it that names the one it reuses (`run.reused_from`).
 
 The key is what the checks can see: the image's `rootfs.diff_ids` (digests of the uncompressed layers, so a zstd
-copy, a registry mirror and a `skopeo copy` share it with the original), a digest of its runtime config as the
-engine reports it (ENV, USER, ENTRYPOINT, labels: what no layer carries), the validator set's digest, and the kind
-of run (an image run; a GPU run adds its host's GPU models and driver), and what the run checked it against (the
-target.json and the build's CA bundle). Both content facts are stamped into every
-report by the validating run (gpuforge.validate.evidence.content), so a signed statement names what it proved.
+copy, a registry mirror and a `skopeo copy` share it with the original); a digest of what no layer carries (the
+runtime config as the engine reports it, the platform, the history's commands); a digest of what the run checked
+it against (the target.json and the build's CA bundle); the validator set's digest; and the kind of run (an image
+run; a GPU run adds its host's GPU models and driver). The three content facts are stamped into every report by
+the validating run (gpuforge.validate.evidence.content), so a signed statement names what it proved.
 
 Where candidates come from: the statements this state dir signed (evidence-index.json: a hint, never a
 decision) and `--reuse-from REF@DIGEST`. The decision reads the candidate's signed statements on the registry
@@ -156,9 +156,9 @@ def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:
 def _unusable(rep: Report | None, key: str) -> str:
     if rep is None:
         return "no signed validation statement"
-    if not (rep.run and rep.run.signed_at and prod.signed_time(rep.run.signed_at)):
+    if not (rep.run and prod.signed_time(rep.run.signed_at)):
         return "its newest statement has no signing time (its age is unknown)"
-    if not (rep.run and rep.run.signed_in_run):
+    if not rep.run.signed_in_run:
         return "its newest statement was not signed in its run"
     if rep.run.reused_from is not None:
         return "its newest statement is itself a reuse (only a run's own statement is reused)"

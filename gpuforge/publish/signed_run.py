@@ -18,7 +18,7 @@ import docker.errors
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import reuse, runinfo, statements
+from gpuforge.publish import prod, reuse, runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state import files
@@ -62,7 +62,7 @@ def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: 
     signed = Report.of(stmt)
     # when the checks ran: a reuse's statements carry its source's time, so an admission policy's cut-off sees
     # the evidence's real age (Report.validated_at)
-    at = dt.datetime.fromisoformat(str(signed.validated_at())) if signed.validated_at() else None
+    at = prod.signed_time(signed.validated_at())
     results = statements.test_results(signed, ref=ref, target=target, signed_at=at)  # checked before anything is signed
     attest.attest_data(ref, stmt, attest.VALIDATION_TYPE, signer=signer)
     for result in results:

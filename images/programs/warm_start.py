@@ -423,7 +423,8 @@ def open_package(package: str):
     def run(*args):  # what torch's AOTICompiledModel does: flatten the tensors, run, rebuild the outputs
         flat = [t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
         return pytree.tree_unflatten(loader.run(flat), out_spec)
-    return _labelled(run, binding)
+    run.binding = binding  # the way it was loaded (the CPU validator holds the image to a direct one)
+    return run
 
 
 def _direct_loader(torch, package: str):
@@ -449,7 +450,7 @@ def _direct_loader(torch, package: str):
 
 
 def _labelled(runner, binding: str):
-    """The runner, with the way it was loaded attached (the CPU validator holds the image to the direct one)."""
+    """A runner torch made (not ours to add attributes to), with the way it was loaded attached."""
     def run(*args):
         return runner(*args)
     run.binding = binding
