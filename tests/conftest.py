@@ -103,6 +103,18 @@ def pytest_configure(config):
 
         os.environ["GPUFORGE_STATE_DIR"] = tempfile.mkdtemp(prefix="gpuforge-test-state-")
     os.environ.setdefault("GPUFORGE_LOG_DIR", os.path.join(os.environ["GPUFORGE_STATE_DIR"], "logs"))
+    if not hasattr(config, "workerinput"):  # the controller (or the only process): before any worker starts
+        from registries import start_run_registry
+
+        config._gpuforge_run_registry = start_run_registry()
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        from registries import drop_run_tags, stop_run_registry
+
+        stop_run_registry(getattr(config, "_gpuforge_run_registry", None))
+        drop_run_tags()
 
 
 @pytest.fixture(autouse=True)

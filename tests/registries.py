@@ -4,15 +4,23 @@ a scoped RS256 JWT out, signed by a key whose certificate the registry trusts). 
 skopeo and cosign talk to them exactly as to a hosted registry.
 
 Ports: 5100-5199 (the range this suite may use on the shared machine).
+
+One registry serves the whole run (`run_registry()`, started by the controlling pytest process): the main engine's
+pushes of the default image to it after the first mount the layers instead of gzipping 6 GB again (about 180 s of
+CPU each). Every registry of the run keeps its blobs in one shared, content-addressed folder, so a copy of the image
+between two of them stores no second 3 GB (a repository's tags and links stay its own).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -33,6 +41,11 @@ from conftest import need
 
 PORTS = range(5100, 5200)
 SERVICE, ISSUER = "gpuforge-test-registry", "gpuforge-test-token-server"
+# the run's registry and blob folder, set by the controlling process for its xdist workers (not GPUFORGE_: not an option)
+RUN_REGISTRY, RUN_BLOBS = "GF_TEST_RUN_REGISTRY", "GF_TEST_RUN_BLOBS"
+USER, PASSWORD = "ci-pusher", "s3cret-registry-pass"
+READER, READER_PASSWORD = "ci-reader", "read-only-pass"
+USERS = {USER: (PASSWORD, {"pull", "push"}), READER: (READER_PASSWORD, {"pull"})}
 
 
 def free_port() -> int:
@@ -144,12 +157,19 @@ class LocalRegistry(Registry):
             assert self.tokens
             text = (f"auth:\n  token:\n    realm: {self.tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
                     f"    rootcertbundle: {d / 'token-ca.pem'}\n")
+        blobs = os.environ.get(RUN_BLOBS)
+        if blobs:  # the run's one blob folder: a blob is a file named by its digest, written by rename, never changed
+            v2 = d / "data" / "docker" / "registry" / "v2"
+            v2.mkdir(parents=True, exist_ok=True)
+            (v2 / "blobs").symlink_to(blobs, target_is_directory=True)
         try:
             super().__init__(d, port, text)
         except StartError as e:
             if self.tokens:
                 self.tokens.stop()
             pytest.fail(str(e))
+        with open(_hosts_file(), "a") as f:  # the run's registries: their tags leave the engine when the run ends
+            f.write(self.host + "\n")
 
     def stop(self):
         """Stops it and deletes what it stored: a push of the default image is 3 GB, and pytest keeps the
@@ -157,7 +177,74 @@ class LocalRegistry(Registry):
         super().stop()
         if self.tokens:
             self.tokens.stop()
-        shutil.rmtree(self.d / "data", ignore_errors=True)
+        shutil.rmtree(self.d / "data", ignore_errors=True)  # the shared blobs' link, not the blobs
+
+
+def start_run_registry() -> tuple[LocalRegistry, Path] | None:
+    """In the controlling process, before the workers start: the run's blob folder and its htpasswd registry, named
+    to the workers through the environment they inherit. None where docker-registry or htpasswd is absent (the
+    tests that need it then say so)."""
+    if not (shutil.which("docker-registry") and shutil.which("htpasswd")):
+        return None
+    root = Path(tempfile.mkdtemp(prefix="gpuforge-test-registries-"))
+    (root / "blobs").mkdir()
+    (root / "run").mkdir()
+    os.environ[RUN_BLOBS] = str(root / "blobs")
+    try:
+        reg = LocalRegistry(root / "run", "htpasswd", USERS)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        del os.environ[RUN_BLOBS]
+        raise
+    os.environ[RUN_REGISTRY] = reg.host
+    return reg, root
+
+
+def stop_run_registry(started: tuple[LocalRegistry, Path] | None) -> None:
+    if started:
+        reg, root = started
+        reg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _hosts_file() -> Path:
+    return Path(os.environ["GPUFORGE_STATE_DIR"]) / ".tests-registry-hosts"
+
+
+def drop_run_tags() -> None:
+    """At the end of the run, in the controlling process: the engine's tags naming this run's registries (a push tags
+    the image so). Each kept an image alive after the run (12 GB a run, once); another run's tags are not touched."""
+    try:
+        hosts = tuple(h + "/" for h in set(_hosts_file().read_text().split()))
+    except (OSError, KeyError):
+        return
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=60)
+        tags = [tag for img in client.images.list() for tag in img.tags if tag.startswith(hosts)]
+    except docker.errors.DockerException:
+        return  # no engine answers: nothing was tagged on it
+    for tag in tags:
+        with contextlib.suppress(docker.errors.DockerException):  # one a container still uses stays: nothing lost
+            client.images.remove(tag)
+
+
+def run_registry() -> str:
+    """The run's htpasswd registry (USERS): host:port. Each module keeps to repositories of its own in it."""
+    host = os.environ.get(RUN_REGISTRY)
+    if not host:
+        need("needs the run's registry: docker-registry and htpasswd (apt-get install docker-registry apache2-utils)")
+    return host
+
+
+def docker_config(d: Path, host: str, user: str = USER, password: str = PASSWORD) -> Path:
+    """A DOCKER_CONFIG folder holding a login to `host`, for the docker and buildx CLIs a test runs itself."""
+    d.mkdir(parents=True, exist_ok=True)
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    (d / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+    return d
 
 
 # The image reference docs/promotion.md's consumer verify command names; tests swap in their own (and the key file).

@@ -1,7 +1,8 @@
 """The build paths users run: buildx (the primary driver), classic BuildKit (the fallback, kept honest by a
 full second build), the registry's inline cache shared with a second, empty engine (another runner), and
-the fleet's bake file. Costs in CI (2 cores): classic --no-cache build ~2 min, push ~3 min, cache rebuild on
-the second engine ~2-3 min, bake of the default target (warm) seconds.
+the fleet's bake file. Costs in CI (2 cores): classic --no-cache build ~2 min, push to the run's registry seconds
+(its layers mounted from another module's push; ~3 min of gzip when none came first), cache rebuild on the second
+engine ~2-3 min, bake of the default target (warm) seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from registries import LocalRegistry
+from registries import docker_config, run_registry
 from second_engine import SecondEngine, StartError, checkout_snapshot, matrix_copy, run_steps
 from state_here import records
 
@@ -107,10 +108,9 @@ def second_engine(docker_engine):
 
 
 @pytest.fixture(scope="module")
-def cache_registry(tmp_path_factory):
-    reg = LocalRegistry(tmp_path_factory.mktemp("reg-cache"), None)
-    yield reg.host
-    reg.stop()
+def cache_registry():
+    """The run's registry: runner A's push mounts the layers another module pushed there (a gzip of 6 GB otherwise)."""
+    return run_registry()
 
 
 def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_torch(
@@ -130,15 +130,16 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
         assert "using the host's pip trust" in r.stdout
     rec_a = _record(tmp_path / "a", t.id, monkeypatch)
     built_by(f"{t.id} (runner A, --cache-to type=inline)", rec_a)
+    login = {"DOCKER_CONFIG": str(docker_config(tmp_path / "docker-config", cache_registry))}  # both runners log in
     t0 = time.monotonic()
-    subprocess.run([DOCKER, "push", "-q", ref], check=True, capture_output=True, timeout=1800)
+    subprocess.run([DOCKER, "push", "-q", ref], check=True, capture_output=True, timeout=1800, env={**os.environ, **login})
     print(f"\npush of the inline-cache image: {time.monotonic() - t0:.0f} s")
 
     # runner B: same base (bootstrapped bases are made locally; load it rather than debootstrap again)
     second_engine.load(t.base_image)
     assert not second_engine.client.images.list(name=ref.rsplit(":", 1)[0])
     env_b = {"DOCKER_HOST": second_engine.host, "GPUFORGE_STATE_DIR": str(tmp_path / "b"),
-             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap)}
+             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap), **login}
     r = gpuforge("--matrix", str(m), "build", "--cache-from", f"type=registry,ref={ref}", "--progress", "plain", env=env_b,
                  cwd=snap)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -5,7 +5,8 @@ it promotes; `gpuforge support` and the release notes then render from the signe
 The image and its non-GPU report are real (the `validated` default image). The GPU reports are made by
 tests/fleet_reports.py from the real H200 run in docs/measurements (no Docker on the lent H200 machine); the A100
 and L4 pools' reports are that run with the model fields changed: FIXTURES, labelled in their facts.
-Cost: one push of the default image (~3 min on 2 cores), then cosign and skopeo calls (< 2 s each).
+Cost: one push of the default image to the run's registry (seconds when another module pushed it there first: the
+layers are mounted; ~3 min of gzip otherwise), then cosign and skopeo calls (< 2 s each).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import state_here
 from fleet_reports import gpu_report
-from registries import LocalRegistry
+from registries import PASSWORD, USER, run_registry
 
 from conftest import ROOT, need
 from gpuforge.cli import main
@@ -50,6 +51,7 @@ fleet:
     runs_on: [self-hosted, linux, x64, gpu, l4]
     gpus: 2
 """
+REPO = "gpuforge-fleet/pytorch"  # this module's repository in the run's registry
 POOLS = {"h200": ("H200", "580.159.04", 1), "a100": ("A100", "570.133.20", 1), "l4x2": ("L4", "575.57.08", 2)}
 
 
@@ -61,29 +63,31 @@ def fleet(validated, tmp_path_factory):
     if not shutil.which("cosign"):
         need("needs cosign (Debian trixie's; tools/start-engine.sh installs it)")
     d = tmp_path_factory.mktemp("fleet")
-    reg = LocalRegistry(d, None)
+    host = run_registry()  # the run's registry: the push mounts the layers another module pushed (or gzips them first)
     mp = pytest.MonkeyPatch()
     mp.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
+    mp.setenv("GPUFORGE_REGISTRY_USER", USER)
+    mp.setenv("GPUFORGE_REGISTRY_PASSWORD", PASSWORD)
     subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(d / "k")], check=True, capture_output=True)
     mp.setenv("GPUFORGE_COSIGN_PUBLIC_KEY", str(d / "k.pub"))
-    text = (ROOT / "matrix.yaml").read_text()
-    (d / "matrix.yaml").write_text(text.partition("\n# fleet:\n")[0] + FLEET)  # the shipped example left out
+    text = (ROOT / "matrix.yaml").read_text().partition("\n# fleet:\n")[0]  # the shipped example left out
+    text = re.sub(r"(?m)^repository: .*$", f"repository: {REPO}", text)
+    (d / "matrix.yaml").write_text(text + FLEET)
     m = load_matrix(d / "matrix.yaml")
     t0 = m.by_id(validated["target"].id)
-    t = dataclasses.replace(t0, tags=(f"{reg.host}/gpuforge/pytorch:{t0.tag}",), registry=reg.host,
-                            repository="gpuforge/pytorch")
+    t = dataclasses.replace(t0, tags=(f"{host}/{REPO}:{t0.tag}",), registry=host)
+    assert t.repository == REPO
     start = time.monotonic()
     [res] = promote.push_targets([t], **state_here.push_kw())
     print(f"\npush of the default image: {time.monotonic() - start:.0f} s")
-    ref = f"{reg.host}/gpuforge/pytorch@{res['digest']}"
+    ref = f"{host}/{REPO}@{res['digest']}"
     # signed as `validate --attest` signs (the only signing path): this image's real non-GPU report and inventory
     out = validated["reports"] / t.id
     signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), signer=state_here.signer(str(d / "k.key")), target=t,
                            inventory=json.loads((out / "sbom.json").read_text()), os_name=t.os)
     yield {"t": t, "digest": res["digest"], "ref": ref, "key": str(d / "k.key"),
-           "matrix": d / "matrix.yaml", "dir": d, "host": reg.host}
+           "matrix": d / "matrix.yaml", "dir": d, "host": host}
     mp.undo()
-    reg.stop()
 
 
 def _attest_pool(fleet, validated, pool: str) -> None:

@@ -31,7 +31,18 @@ import docker.errors
 import pytest
 import state_here
 from fleet_reports import newer_gpu_checks_passed
-from registries import DOC_REF, LocalRegistry, documented_consumer_command, free_port
+from registries import (
+    DOC_REF,
+    PASSWORD,
+    READER,
+    READER_PASSWORD,
+    USER,
+    USERS,
+    LocalRegistry,
+    documented_consumer_command,
+    free_port,
+    run_registry,
+)
 from second_engine import Registry as RegistryProcess
 from second_engine import checkout_snapshot, matrix_copy
 from state_here import records
@@ -46,9 +57,6 @@ from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker
-USER, PASSWORD = "ci-pusher", "s3cret-registry-pass"
-READER, READER_PASSWORD = "ci-reader", "read-only-pass"
-USERS = {USER: (PASSWORD, {"pull", "push"}), READER: (READER_PASSWORD, {"pull"})}
 KEY_PASSWORD = "cosign-test-key-pass"
 H200 = ROOT / "docs" / "measurements" / "smoke-cdi-h200.json"
 
@@ -65,10 +73,9 @@ def cosign_keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def auth_registry(tmp_path_factory):
-    reg = LocalRegistry(tmp_path_factory.mktemp("reg-auth"), "htpasswd", USERS)
-    yield reg.host
-    reg.stop()
+def auth_registry():
+    """The run's htpasswd registry (registries.py): this module keeps to the `gpuforge/` repositories in it."""
+    return run_registry()
 
 
 @pytest.fixture(scope="module")
