@@ -189,22 +189,61 @@ def default_build(docker_engine, test_ca):
     return t, rec
 
 
+KEY_PASSWORD = "cosign-test-key-pass"
+
+
 @pytest.fixture(scope="session")
-def validated(default_build):
-    """The full non-GPU validator suite run once (per test run) against the default image: a green report."""
+def cosign_keys():
+    """A cosign key pair made once for this run (the private key encrypted with KEY_PASSWORD): `validated` signs
+    with it, and every module that verifies that evidence holds the same public key."""
+    import shutil
+    import tempfile
+
+    if not shutil.which("cosign"):
+        need("needs cosign (Debian trixie's; tools/start-engine.sh installs it)")
+    with once_per_run("cosign-keys") as (made, save):
+        if made is None:
+            d = Path(tempfile.mkdtemp(prefix="cosign-", dir=os.environ["GPUFORGE_STATE_DIR"]))
+            subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(d / "test")], check=True,
+                           capture_output=True, env={**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD})
+            made = {"key": str(d / "test.key"), "pub": str(d / "test.pub")}
+            save(made)
+    return made
+
+
+@pytest.fixture(scope="session")
+def validated(default_build, cosign_keys):
+    """The default image pushed with credentials to the run's htpasswd registry (`gpuforge push`), then the full
+    non-GPU validator suite run once per test run against it with `gpuforge validate --attest`: a green report,
+    signed onto the pushed digest in that run. Once, not per module: the modules that promote, report or inspect
+    it share this one push (6 GB gzipped) and this one run of every validator."""
+    import re
     import time
 
+    from registries import PASSWORD, USER, run_registry
+
+    host = run_registry()
     reports = Path(os.environ["GPUFORGE_STATE_DIR"]) / "tests-validated-reports"
     summary = reports / "step-summary.md"
-    with once_per_run("validated") as (seconds, save):
-        if seconds is None:
+    env = {"GPUFORGE_REGISTRY_USER": USER, "GPUFORGE_REGISTRY_PASSWORD": PASSWORD, "COSIGN_PASSWORD": KEY_PASSWORD}
+    with once_per_run("validated") as (done, save):
+        if done is None:
             t0 = time.monotonic()
-            r = gpuforge("validate", "--reports", str(reports), env={"GITHUB_STEP_SUMMARY": str(summary)})
-            seconds = time.monotonic() - t0
-            assert r.returncode == 0, f"validation failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
-            save(seconds)
-    print(f"\nfull non-GPU validator suite: {seconds:.1f} s")
-    return {"reports": reports, "summary": summary, "seconds": seconds, "target": default_build[0], "record": default_build[1]}
+            r = gpuforge("push", "--registry", host, env=env)
+            assert r.returncode == 0, f"push failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+            pushed = {"seconds": time.monotonic() - t0, "ref": "", "digest": ""}
+            pushed["ref"], pushed["digest"] = re.search(r"pushed (\S+)@(sha256:[0-9a-f]{64}) \(gzip", r.stdout).groups()
+            t0 = time.monotonic()
+            r = gpuforge("validate", "--attest", "--sign-key", cosign_keys["key"], "--registry", host,
+                         "--reports", str(reports), env={**env, "GITHUB_STEP_SUMMARY": str(summary)})
+            assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
+            assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
+            done = {"seconds": time.monotonic() - t0, "push": pushed}
+            save(done)
+    print(f"\npush of the default image: {done['push']['seconds']:.0f} s; full non-GPU validator suite, signed: "
+          f"{done['seconds']:.1f} s")
+    return {"reports": reports, "summary": summary, "seconds": done["seconds"], "target": default_build[0],
+            "record": default_build[1], "registry": host, "push": done["push"]}
 
 
 # --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------

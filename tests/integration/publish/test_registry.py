@@ -1,7 +1,8 @@
 """Push, sign and promote against real Debian docker-registry instances on 127.0.0.1: one with htpasswd
-basic auth, one with token auth (scoped JWTs from a real token server, see registries.py), one open
-(killed mid-promotion). Signatures are real cosign attestations with a key pair made for the run; the
-evidence is signed by a real `gpuforge validate --attest` run of the default image.
+basic auth (the run's registry: this module keeps to its `gpuforge/` repositories), one with token auth (scoped JWTs
+from a real token server, see registries.py), one open (killed mid-promotion). Signatures are real cosign
+attestations with a key pair made for the run; the evidence is signed by the run's real `gpuforge validate --attest`
+of the default image (`validated` in conftest.py, shared with the other modules that promote or report it).
 
 FIXTURES, said where used: the GPU statements (no GPU here) are made from docs/measurements/smoke-cdi-h200.json,
 a real H200 run, merged into this run's report; the statements of the derived image (a one-file layer on the
@@ -9,8 +10,9 @@ default image, the cheap second digest rollback needs) are this run's report wit
 through the real signing path (gpuforge.publish.signed_run.sign_report, cosign with the test key) and say
 `"facts": {"fixture": ...}` inside.
 
-Cost: one push of the default image (~3 min on 2 cores), one full validator run, one skopeo copy to the
-token registry and one to the open registry (blobs stay compressed), then manifest copies and cosign calls
+Cost: the run's push and signed validation (once per run, ~3 min + ~2 min on 2 cores, counted in the first module
+that needs them), one skopeo copy to the token registry and one to the open registry (blobs stay compressed; the
+run's registries share one blob folder, so neither stores a second copy), then manifest copies and cosign calls
 (< 2 s each).
 """
 
@@ -47,7 +49,7 @@ from second_engine import Registry as RegistryProcess
 from second_engine import checkout_snapshot, matrix_copy
 from state_here import records
 
-from conftest import ROOT, gpuforge, need
+from conftest import KEY_PASSWORD, ROOT, gpuforge
 from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
@@ -57,19 +59,7 @@ from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
 
 pytestmark = pytest.mark.docker
-KEY_PASSWORD = "cosign-test-key-pass"
 H200 = ROOT / "docs" / "measurements" / "smoke-cdi-h200.json"
-
-
-@pytest.fixture(scope="session")
-def cosign_keys(tmp_path_factory):
-    """A cosign key pair made for this run (the private key encrypted with KEY_PASSWORD)."""
-    if not shutil.which("cosign"):
-        need("needs cosign (Debian trixie's; tools/start-engine.sh installs it)")
-    d = tmp_path_factory.mktemp("cosign")
-    subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(d / "test")], check=True,
-                   capture_output=True, env={**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD})
-    return {"key": str(d / "test.key"), "pub": str(d / "test.pub")}
 
 
 @pytest.fixture(scope="module")
@@ -129,22 +119,14 @@ def _carry_evidence(t, digest: str, dst_repo: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def pushed(default_build, auth_registry, cosign_keys, tmp_path_factory):
-    """The default image pushed (with credentials) to the basic-auth registry, then validated with
-    `gpuforge validate --attest`: the full validator suite, its result signed in that run."""
-    mp = pytest.MonkeyPatch()
-    _env(mp, cosign_keys)
-    t = _target(default_build[0], auth_registry, "gpuforge/pytorch")
-    t0 = time.monotonic()
-    [res] = promote.push_targets([t], **state_here.push_kw())
-    print(f"\npush of the default image: {time.monotonic() - t0:.0f} s")
-    reports = tmp_path_factory.mktemp("signed-reports")
-    r = gpuforge("validate", "--attest", "--sign-key", cosign_keys["key"], "--registry", auth_registry, "--reports", str(reports))
-    mp.undo()
-    assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
-    assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
-    report = json.loads((reports / t.id / "report.json").read_text())
-    return t, {**res, "reports": reports, "report": report}
+def pushed(validated, auth_registry):
+    """The run's validated image (conftest.py): the default image pushed with credentials to the run's basic-auth
+    registry, then validated with `gpuforge validate --attest`: the full validator suite, its result signed in that
+    run. This module promotes, copies and signs from that digest."""
+    t = _target(validated["target"], auth_registry, "gpuforge/pytorch")
+    assert validated["registry"] == auth_registry and validated["push"]["ref"] == str(t.ref)
+    report = json.loads((validated["reports"] / t.id / "report.json").read_text())
+    return t, {"target": t.id, **validated["push"], "reports": validated["reports"], "report": report}
 
 
 def _fixture_rep(base: dict, note: str, image_id: str | None = None) -> dict:
