@@ -223,7 +223,7 @@ def cmd_smoke(args) -> int:
     return validate.smoke(host, reports=Path(o.reports), expect=list(o.expect), target_json=o.target_json,
                           matrix=matrix, selectors=selectors, pytest_args=o.pytest_args,
                           image=o.image, gpu_request=_gpu_request(args, starts_containers=bool(o.image)), gpus=o.gpus,
-                          progress_mode=o.progress)
+                          progress_mode=o.progress, level=o.level)
 
 
 def cmd_push(args) -> int:

@@ -77,6 +77,14 @@ class CveGateRed(FatalError):
     what = "the CVE gate is red (findings, expired exceptions, unaudited packages, stale database)"
 
 
+class NodeNotFit(FatalError):
+    """The GPU node failed readiness (`smoke --level r1`) for a reason of its own: driver, GPU health or the
+    container's limits. Says nothing about the image."""
+
+    return_code = 10
+    what = "the GPU node is not fit (readiness r1 blamed the host: driver, GPU health, limits)"
+
+
 def exit_codes() -> list[tuple[int, str]]:
     """(exit code, what it means) for every error kind, ascending; 0 success, 130 interrupted."""
     seen: dict[int, str] = {}

@@ -173,7 +173,7 @@ class GpuforgePlugin:
         from gpuforge.engine import containers as run
 
         with run.container(self._image, ["sleep", "infinity"], gpus=gpu, shm_size="2g" if gpu else None,
-                           gpu_request=self.config.getoption("gpuforge_gpu_request")) as c:
+                           memlock=-1 if gpu else None, gpu_request=self.config.getoption("gpuforge_gpu_request")) as c:
             yield c
 
     @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from gpuforge import options, paths
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.engine import progress as engine_progress
-from gpuforge.errors import ConfigError, EngineError, ValidationFailed
+from gpuforge.errors import ConfigError, EngineError, NodeNotFit, ValidationFailed
 from gpuforge.image.expected import Expected, ExpectedError
 from gpuforge.plan.matrix import Matrix, Target, load_matrix
 from gpuforge.state import files
@@ -232,9 +232,11 @@ def _passed(t: Target, rc: int, rep: dict) -> bool:
 
 def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: str | None, matrix: Path,
           selectors: list[str], pytest_args: str = "", image: str | None = None, gpu_request: str = "nvidia",
-          gpus: str | None = None, progress_mode: str = "auto") -> int:
+          gpus: str | None = None, progress_mode: str = "auto", level: str | None = None) -> int:
     """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host), or inside a
-    container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi)."""
+    container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi).
+    `level` r1: the node's readiness alone (validators/readiness_r1.py); a failure blamed on the host is
+    NodeNotFit (exit 10), not a failed validation."""
     if bool(host) == bool(image):
         msg = "smoke: give either HOST (docker://, local://, ssh://) or --image IMAGE"
         raise ConfigError(msg)
@@ -259,12 +261,13 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
             preflight.require_local_gpu()
         for e in expect:
             args += ["--gpuforge-expect", e]
-        rpath = reports / "smoke" / f"{tid}.json"
+        rpath = reports / "smoke" / f"{tid}{'-' + level if level else ''}.json"
         args += [*(["--gpuforge-image", image] if image else ["--hosts", host]), "--gpuforge-gpu",
                  "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml")]
         with files.Folder(reports.parent, reports.name, "smoke") as out:
             rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
-                         files=["test_driver.py", "test_gpu_smoke.py"], containers=bool(image) or host.startswith("docker://"),
+                         files=["readiness_r1.py"] if level == "r1" else ["test_driver.py", "test_gpu_smoke.py"],
+                         containers=bool(image) or host.startswith("docker://"),
                          label=f"smoke {host or image}", progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
             if raw is not None:
@@ -277,6 +280,10 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                     out.write_set(outputs)
                 print(md)
                 report.summarize(md)
+    ready = ((raw or {}).get("facts") or {}).get("readiness_r1") if level else None
+    if rc != 0 and ready and ready.get("exit") == NodeNotFit.return_code:
+        msg = f"{host or image}: {ready['verdict']} (report: {rpath})"
+        raise NodeNotFit(msg)
     if rc != 0:
         msg = f"GPU smoke failed on {host or image} (report: {rpath})"
         raise ValidationFailed(msg)

@@ -34,7 +34,7 @@ from pathlib import Path
 # gpuforge.image sits beside the programs: /opt/gpuforge/lib in an image, the checkout's root on a GPU host.
 _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(p) for p in (_HERE.parent / "lib", _HERE.parent.parent) if (p / "gpuforge" / "image").is_dir()]
-from gpuforge.image import smoke_verdicts  # noqa: E402 - after the path above
+from gpuforge.image import readiness, smoke_verdicts  # noqa: E402 - after the path above
 
 # NVLink multicast stays off on shared machines (see the multi-GPU part); set before torch loads.
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
@@ -850,7 +850,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile_modes: only this mode")
     ap.add_argument("--compile-modes-apart", action="store_true",
                     help="compile_modes: each mode in a process of its own, concurrently")
+    ap.add_argument("--level", choices=["r1"], help="r1: only the node's readiness (NVML health, driver, limits; "
+                    "about a second); exit 0 ready, 10 the node is not fit, 5 the image is at fault")
+    ap.add_argument("--gpus", type=int, help="r1: the GPUs asked for (default: all the node has)")
+    ap.add_argument("--bars", help="r1: JSON object of bars (the host toolkit's readiness); default: the compat data's")
     args = ap.parse_args(argv)
+    if args.level == "r1":
+        return ready_r1(args)
     _MODES.update(only=args.compile_mode, apart=args.compile_modes_apart)
     TH.clear()
     TH.update(json.loads(args.thresholds) if args.thresholds else smoke_verdicts.default_thresholds())
@@ -882,6 +888,32 @@ def main(argv: list[str] | None = None) -> int:
             f.write(json.dumps(report, indent=2, default=str) + "\n")
     print(text)
     return 0 if report["ok"] else 1
+
+
+def ready_r1(args) -> int:
+    """Readiness level r1 (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
+    cuda = (_target_json().get("cuda") or os.environ.get("GPUFORGE_CUDA", ""))
+    facts = readiness.collect()
+    findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda,
+                               bars=json.loads(args.bars) if args.bars else readiness.bars())
+    report = readiness.report(facts, findings)
+    for f in findings:
+        print(f"gpuforge selftest r1: {f.check}: {'ok' if f.ok else 'FAILED (' + f.blame + ')'}: {f.figure}",
+              file=sys.stderr)
+    print(f"gpuforge selftest r1: {report['verdict']}", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(json.dumps(report, indent=2, default=str) + "\n")
+    print(json.dumps(report, default=str))
+    return report["exit"]
+
+
+def _target_json() -> dict:
+    for path in (os.environ.get("GPUFORGE_TARGET_JSON", ""), "/opt/gpuforge/target.json"):
+        if path and os.path.isfile(path):
+            with open(path) as f:
+                return json.load(f)
+    return {}
 
 
 if __name__ == "__main__":

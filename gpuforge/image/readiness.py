@@ -1,0 +1,339 @@
+"""Readiness level r1 of a GPU node (#29): is this node fit to run the image, in about a second, before any kernel?
+
+`collect()` reads the facts where the workload runs (inside the container, or on the host): the GPUs CUDA sees
+against the GPUs NVML sees, the driver, each GPU's health from NVML (persistence, ECC mode and uncorrected errors,
+row remapping, retired pages, clock-event reasons, power cap, MIG mode), XID errors from the kernel log, and the
+container's limits (locked memory, /dev/shm). It never raises: a fact that could not be read holds its error.
+
+`judge()` turns the facts into one finding per check. A check that could not run FAILS with its reason (as DCGM
+counts it), and every failure is blamed on the **host** (driver, health, limits) or the **image** (what the image
+itself asks for). Stdlib only, plus pynvml (nvidia-ml-py) when present: every image carries gpuforge/image, and the
+bars come in as a dict (`bars()` reads gpuforge/image/data/compat.yaml's `readiness` on the host).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+from dataclasses import asdict, dataclass
+
+HOST, IMAGE = "host", "image"
+CHECKS = ("require_cuda", "gpus_seen", "driver", "persistence", "ecc_mode", "ecc_uncorrected", "row_remap", "retired_pages", "clocks",
+          "power_cap", "mig", "xid", "memlock", "shm")
+
+# NVML clock-event ("throttle") reasons that mean the node holds its clocks down; idle, application clocks, the
+# software power cap under load and display clocks are normal and left out.
+SLOWDOWN = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+            0x80: "hardware power brake"}
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    ok: bool
+    blame: str  # host | image ("" when ok)
+    figure: str  # what was measured, as the user reads it
+    reason: str = ""  # why it failed (empty when ok)
+
+
+# --- facts --------------------------------------------------------------------------------------------------------
+
+def _try(fn, *a):
+    try:
+        return fn(*a)
+    except Exception as e:  # a probe records what went wrong and goes on
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _cuda_seen() -> dict:
+    """What the CUDA driver API sees (it honours CUDA_VISIBLE_DEVICES; NVML does not)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_int(0)
+    rc = lib.cuInit(0)
+    if rc != 0:
+        return {"count": 0, "init_error": rc}  # 100: CUDA_ERROR_NO_DEVICE
+    lib.cuDeviceGetCount(ctypes.byref(n))
+    return {"count": n.value}
+
+
+def _gpu(nv, i: int) -> dict:
+    h = nv.nvmlDeviceGetHandleByIndex(i)
+    g = {"index": i, "name": _text(nv.nvmlDeviceGetName(h)), "uuid": _text(nv.nvmlDeviceGetUUID(h))}
+    g["persistence"] = _try(nv.nvmlDeviceGetPersistenceMode, h)
+    g["ecc_mode"] = _try(lambda: list(nv.nvmlDeviceGetEccMode(h)))  # [current, pending]
+    g["ecc_uncorrected"] = _try(lambda: {
+        "volatile": nv.nvmlDeviceGetTotalEccErrors(h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+        "aggregate": nv.nvmlDeviceGetTotalEccErrors(h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC)})
+    g["row_remap"] = _try(lambda: dict(zip(("correctable", "uncorrectable", "pending", "failure"),
+                                           nv.nvmlDeviceGetRemappedRows(h), strict=True)))
+    g["retired_pending"] = _try(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    g["clock_events"] = _try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+    g["power_w"] = _try(lambda: {"limit": nv.nvmlDeviceGetPowerManagementLimit(h) / 1000,
+                                 "default": nv.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000})
+    g["mig_mode"] = _try(lambda: list(nv.nvmlDeviceGetMigMode(h)))  # [current, pending]
+    return g
+
+
+def _nvml() -> dict:
+    import pynvml as nv  # nvidia-ml-py
+
+    nv.nvmlInit()
+    try:
+        out = {"driver": _text(nv.nvmlSystemGetDriverVersion())}
+        out["gpus"] = [_gpu(nv, i) for i in range(nv.nvmlDeviceGetCount())]
+        return out
+    finally:
+        nv.nvmlShutdown()
+
+
+def _kernel_log() -> str:
+    """The kernel's log since boot: /dev/kmsg (records as they are), read without blocking."""
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    chunks = []
+    try:
+        while True:
+            try:
+                chunks.append(os.read(fd, 8192).decode(errors="replace"))
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # a record overwritten while read: go on with the next
+                continue
+    finally:
+        os.close(fd)
+    return "".join(chunks)
+
+
+def xid_events(log: str) -> list[dict]:
+    return [{"pci": m.group(1).split(",")[0], "xid": int(m.group(2))} for m in _XID.finditer(log)]
+
+
+def xid() -> dict:
+    """XID errors since boot from this machine's kernel log, or {"error": ...} where it cannot be read."""
+    return _try(lambda: {"source": "/dev/kmsg", "events": xid_events(_kernel_log())})
+
+
+def _limit(res: int) -> int:
+    soft = resource.getrlimit(res)[0]
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def collect(env: dict | None = None) -> dict:
+    """The r1 facts of the place this runs in; each fact holds {"error": ...} when it could not be read."""
+    env = os.environ if env is None else env
+    facts = {"level": "r1", "visible": {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")},
+             "require_cuda": env.get("NVIDIA_REQUIRE_CUDA", "")}
+    facts["nvml"] = _try(_nvml)
+    facts["cuda"] = _try(_cuda_seen)
+    facts["xid"] = xid()
+    facts["memlock"] = _try(_limit, resource.RLIMIT_MEMLOCK)
+    facts["shm"] = _try(lambda: os.statvfs("/dev/shm").f_frsize * os.statvfs("/dev/shm").f_blocks)
+    return facts
+
+
+# --- verdicts -----------------------------------------------------------------------------------------------------
+
+def _err(v) -> str | None:
+    return v["error"] if isinstance(v, dict) and "error" in v else None
+
+
+def _ver(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def _gib(n: int) -> str:
+    return "unlimited" if n < 0 else f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n >> 10} KiB"
+
+
+def _per_gpu(gpus: list[dict], key: str, bad, say) -> tuple[bool, str, str]:
+    """(ok, figure, reason) of one NVML fact over every GPU: `bad(value)` says it fails, `say(value)` shows it."""
+    figs, reasons = [], []
+    for g in gpus:
+        v = g.get(key)
+        if _err(v):
+            figs.append(f"GPU {g['index']}: unreadable")
+            reasons.append(f"GPU {g['index']}: could not read it ({_err(v)})")
+            continue
+        figs.append(f"GPU {g['index']}: {say(v)}")
+        why = bad(v)
+        if why:
+            reasons.append(f"GPU {g['index']}: {why}")
+    return not reasons, "; ".join(figs), "; ".join(reasons)
+
+
+def judge(facts: dict, *, request: int | None, image_cuda: str, bars: dict) -> list[Finding]:
+    """One finding per check of CHECKS. `request`: the GPUs asked for (None: all the node has); `image_cuda`: the
+    CUDA the image carries (its label); `bars`: compat data's `readiness` (bars())."""
+    out: list[Finding] = []
+
+    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST):
+        out.append(Finding(check, ok, "" if ok else blame, figure, "" if ok else reason))
+
+    _require(add, facts, image_cuda)
+    nvml = facts.get("nvml") or {"error": "no NVML facts"}
+    if _err(nvml):  # without NVML no GPU health check can run: each fails, saying so
+        for check in CHECKS:
+            if check not in ("require_cuda", "memlock", "shm", "xid"):
+                add(check, False, "NVML unreadable", f"NVML could not be read ({_err(nvml)})")
+        gpus = []
+    else:
+        gpus = nvml["gpus"]
+        _gpus_seen(add, facts, gpus, request)
+        _driver(add, facts, nvml["driver"], image_cuda)
+        ok, fig, why = _per_gpu(gpus, "persistence", lambda v: "" if v == 1 else "persistence mode is off: each "
+                                "container start pays the driver's initialisation (nvidia-persistenced)",
+                                lambda v: "on" if v == 1 else "off")
+        add("persistence", ok, fig, why)
+        ok, fig, why = _per_gpu(gpus, "ecc_mode", lambda v: "" if v == [1, 1] else (
+            "ECC is off" if v[0] != 1 else "an ECC change waits for a GPU reset"), lambda v: f"current {v[0]}, pending {v[1]}")
+        add("ecc_mode", ok, fig, why)
+        ok, fig, why = _per_gpu(gpus, "ecc_uncorrected", lambda v: "" if v["volatile"] == 0 else (
+            f"{v['volatile']} uncorrected ECC error(s) since the last reset: drain the node and reset the GPU"),
+            lambda v: f"volatile {v['volatile']}, aggregate {v['aggregate']}")
+        add("ecc_uncorrected", ok, fig, why)
+        ok, fig, why = _per_gpu(gpus, "row_remap", lambda v: (
+            "a row remapping failed: the GPU needs service" if v["failure"] else
+            "a row remapping waits for a GPU reset" if v["pending"] else ""),
+            lambda v: f"{v['correctable']}+{v['uncorrectable']} rows remapped, pending {bool(v['pending'])}, "
+                      f"failure {bool(v['failure'])}")
+        add("row_remap", ok, fig, why)
+        _retired(add, gpus)
+        ok, fig, why = _per_gpu(gpus, "clock_events", lambda v: "" if not v & sum(SLOWDOWN) else (
+            "clocks held down: " + ", ".join(n for b, n in SLOWDOWN.items() if v & b)), lambda v: f"reasons {v:#x}")
+        add("clocks", ok, fig, why)
+        least = bars["power_cap_min_fraction"]
+        ok, fig, why = _per_gpu(gpus, "power_w", lambda v: "" if v["limit"] >= least * v["default"] else (
+            f"power capped at {v['limit']:.0f} W, under {least:.0%} of the model's default {v['default']:.0f} W"),
+            lambda v: f"{v['limit']:.0f} W of {v['default']:.0f} W")
+        add("power_cap", ok, fig, why)
+        _mig(add, gpus)
+    _xid(add, facts.get("xid"), bars)
+    _limits(add, facts, bars)
+    return out
+
+
+def _gpus_seen(add, facts: dict, gpus: list[dict], request: int | None) -> None:
+    cuda = facts.get("cuda") or {"error": "not read"}
+    want = len(gpus) if request is None else request
+    vis = ", ".join(f"{k}={v!r}" for k, v in facts.get("visible", {}).items() if v is not None) or "no *_VISIBLE_DEVICES"
+    if _err(cuda):
+        add("gpus_seen", False, f"NVML {len(gpus)}, CUDA unreadable", f"the CUDA driver could not be asked ({_err(cuda)})")
+        return
+    seen = cuda["count"]
+    fig = f"asked {'all' if request is None else request}, NVML {len(gpus)}, CUDA {seen} ({vis})"
+    if seen == want and len(gpus) >= want:
+        add("gpus_seen", True, fig)
+        return
+    init = f", cuInit error {cuda['init_error']}" if "init_error" in cuda else ""
+    add("gpus_seen", False, fig, f"asked for {want} GPU(s), CUDA sees {seen}{init} ({vis})")
+
+
+def _require(add, facts: dict, image_cuda: str) -> None:
+    """The image's own claim: NVIDIA_REQUIRE_CUDA above the CUDA it carries makes the runtime refuse drivers that
+    would run it (or, through CDI, says nothing). The image's fault, judged without a GPU."""
+    text = facts.get("require_cuda", "")
+    need = re.search(r"cuda>=(\d+\.\d+)", text)
+    fig = f"NVIDIA_REQUIRE_CUDA={text!r}, the image carries CUDA {image_cuda}"
+    if need and _ver(need.group(1)) > _ver(image_cuda):
+        add("require_cuda", False, fig, f"the image's NVIDIA_REQUIRE_CUDA asks for cuda>={need.group(1)}, above the "
+            f"CUDA {image_cuda} it carries: the container runtime refuses drivers that would run it", blame=IMAGE)
+    else:
+        add("require_cuda", True, fig)
+
+
+def _driver(add, facts: dict, driver: str, image_cuda: str) -> None:
+    from gpuforge.image import compat  # PyYAML: present on the host and in every image
+
+    v = compat.driver_verdict(driver, image_cuda, datacenter=None)
+    add("driver", v.ok, f"driver {driver}, CUDA {image_cuda}: {v.kind}", v.message)
+
+
+def _retired(add, gpus: list[dict]) -> None:
+    """Page retirement is pre-Ampere's remedy (row remapping replaced it): NVML says "not supported" there."""
+    figs, reasons = [], []
+    for g in gpus:
+        v = g.get("retired_pending")
+        if _err(v) and "NotSupported" in _err(v):
+            figs.append(f"GPU {g['index']}: not used (row remapping instead)")
+        elif _err(v):
+            figs.append(f"GPU {g['index']}: unreadable")
+            reasons.append(f"GPU {g['index']}: could not read it ({_err(v)})")
+        else:
+            figs.append(f"GPU {g['index']}: pending {bool(v)}")
+            if v:
+                reasons.append(f"GPU {g['index']}: retired pages wait for a reboot")
+    add("retired_pages", not reasons, "; ".join(figs), "; ".join(reasons))
+
+
+def _mig(add, gpus: list[dict]) -> None:
+    ok, fig, why = _per_gpu(gpus, "mig_mode", lambda v: (
+        "MIG is on: the whole GPU asked for is split into instances" if v[0] == 1 else
+        "a MIG change waits for a GPU reset" if v[1] != v[0] else ""), lambda v: f"current {v[0]}, pending {v[1]}")
+    if not ok and all("NotSupported" in (_err(g.get("mig_mode")) or "") for g in gpus):
+        ok, fig, why = True, "no MIG on this model", ""
+    add("mig", ok, fig, why)
+
+
+def _xid(add, xid, bars: dict) -> None:
+    if _err(xid) or xid is None:
+        add("xid", False, "kernel log unreadable", f"could not read XID errors from the kernel log "
+            f"({_err(xid) or 'not read'}): run with the kernel log readable (root, or kernel.dmesg_restrict=0)")
+        return
+    bad = [e for e in xid["events"] if e["xid"] not in bars["xid_benign"]]
+    add("xid", not bad, f"{len(xid['events'])} XID event(s) since boot ({xid['source']})",
+        "XID errors since boot: " + ", ".join(f"{e['xid']} on {e['pci']}" for e in bad[:8]))
+
+
+def _limits(add, facts: dict, bars: dict) -> None:
+    mem, shm = facts.get("memlock"), facts.get("shm")
+    floor = bars["memlock_min_bytes"]
+    if _err(mem) or mem is None:
+        add("memlock", False, "unreadable", f"could not read RLIMIT_MEMLOCK ({_err(mem)})")
+    else:
+        add("memlock", mem < 0 or mem >= floor, _gib(mem),
+            f"locked memory limited to {_gib(mem)}, under {_gib(floor)}: pinned host memory and NCCL fail or fall back "
+            "(docker run --ulimit memlock=-1)")
+    floor = bars["shm_min_bytes"]
+    if _err(shm) or shm is None:
+        add("shm", False, "unreadable", f"could not read /dev/shm's size ({_err(shm)})")
+    else:
+        add("shm", shm >= floor, _gib(shm), f"/dev/shm is {_gib(shm)}, under {_gib(floor)}: DataLoader workers die "
+            "with a bus error (docker run --shm-size 8g or --ipc=host)")
+
+
+def bars() -> dict:
+    """The r1 bars from the compat data (the host's copy: an image never sets its own bar)."""
+    from gpuforge.image import compat
+
+    return dict(compat.data()["readiness"])
+
+
+def verdict(findings: list[Finding]) -> tuple[str, int]:
+    """(one line, exit code): 0 fit; 5 the image is at fault; 10 the node is not fit (the host first: an unfit node
+    says nothing about the image)."""
+    bad = [f for f in findings if not f.ok]
+    host = [f for f in bad if f.blame == HOST]
+    if host:
+        return "NODE NOT FIT (host): " + _said(host), 10
+    if bad:
+        return "IMAGE AT FAULT: " + _said(bad), 5
+    return f"READY r1: {len(findings)} checks passed", 0
+
+
+def _said(bad: list[Finding]) -> str:
+    """Each reason once, after the checks it failed (without NVML, ten checks fail for one reason)."""
+    by: dict[str, list[str]] = {}
+    for f in bad:
+        by.setdefault(f.reason, []).append(f.check)
+    return "; ".join(f"{', '.join(checks)}: {reason}" for reason, checks in by.items())
+
+
+def report(facts: dict, findings: list[Finding]) -> dict:
+    line, code = verdict(findings)
+    return {"level": "r1", "verdict": line, "exit": code, "findings": [asdict(f) for f in findings], "facts": facts}
