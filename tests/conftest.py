@@ -293,19 +293,19 @@ def pytest_sessionfinish(session, exitstatus):
 # xdist's loadfile scheduler gives worker A the 1st module and B the 2nd, then hands a worker the next module whenever
 # it has 2 or fewer *tests* pending. The engine matrix has 2 tests, so A takes the 3rd (test_buildx) at once and runs
 # it after the engine matrix, while B (test_registry: 28 tests) takes the rest as it drains. So the two modules that
-# each hold a second engine's 6 GB image and a registry's 3 GB beside the default image never run side by side (they
-# took 56 GB of disk that way), and the loads come out even (~2,000 s each). A third engine-matrix test would let B
-# take test_buildx first: tests/unit/core/test_module_order.py counts them. Seconds: a full two-worker run of
-# `nox -s tests` on 2 cores (2026-12-04).
+# each hold a second engine's 6 GB image beside the default image never run side by side (they took 56 GB of disk
+# that way), and the loads come out even (~1,400 s each). A third engine-matrix test would let B take test_buildx
+# first: tests/unit/core/test_module_order.py counts them. Seconds: a full two-worker run of `nox -s tests` on 2 cores
+# (2026-12-05); the run's push and signed validation (`validated`, ~300 s) count in test_registry, which needs it first.
 LONGEST_FIRST = (
-    "tests/integration/publish/test_engine_matrix.py",      # ~1,200 s: a second engine's cold build + 2 validations
-    "tests/integration/publish/test_registry.py",           # ~540 s
-    "tests/integration/builder/test_buildx.py",             # ~790 s: after the engine matrix, on its worker
-    "tests/integration/publish/test_fleet_promotion.py",    # ~600 s
+    "tests/integration/publish/test_engine_matrix.py",      # ~900 s: a second engine's cold build, a validation, zstd
+    "tests/integration/publish/test_registry.py",           # ~600 s, the run's push and signed validation included
+    "tests/integration/builder/test_buildx.py",             # ~480 s: after the engine matrix, on its worker
     "tests/integration/validate/test_validators.py",        # ~350 s
-    "tests/integration/core/test_install.py",               # ~160 s
-    "tests/integration/core/test_clean.py",                 # ~160 s
-    "tests/integration/builder/test_build.py",              # ~85 s
+    "tests/integration/core/test_install.py",               # ~170 s: a venv and a full validate with clean beside it
+    "tests/integration/builder/test_build.py",              # ~80 s
+    "tests/integration/publish/test_fleet_promotion.py",    # ~15 s: its push mounts the run's layers
+    "tests/integration/core/test_clean.py",                 # ~10 s
 )
 
 

@@ -111,8 +111,8 @@ class Found:
 
 def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
          skip: str = "") -> tuple[Found | None, list[str]]:
-    """The first candidate whose newest signed validation statement is green, complete, signed in its run, not
-    itself a reuse, and proves `key`; else None. Also the reason each candidate was passed over."""
+    """The first candidate whose newest signed statement of an image run is green, complete, signed in its run, not
+    itself a reuse, and proves the image key `key`; else None. Also the reason each candidate was passed over."""
     why: list[str] = []
     if verifier is None:
         return None, ["no public key to verify candidates with (--key or GPUFORGE_COSIGN_PUBLIC_KEY)"]
@@ -121,7 +121,7 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
         if ref == own:
             continue
         try:
-            rep = _newest(ref, verifier)
+            rep = _newest(ref, verifier, gpu=False)  # image keys: GPU runs come along after (gpu_runs)
         except (RegistryError, PromotionRefused, StateError, ValueError) as e:
             why.append(f"{ref}: {e}")
             continue
@@ -133,10 +133,44 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
     return None, why
 
 
-def _newest(ref: str, verifier: attest.Verifier) -> Report | None:
-    """The newest verified validation statement on ref (None: none)."""
+def gpu_runs(source: str, facts: dict, verifier: attest.Verifier) -> tuple[list[Found], list[str]]:
+    """The source's GPU evidence that these bytes (`facts`: evidence.content of the copy) reuse: for each GPU host
+    the source was validated on (its GPU models and driver), that host's newest verified GPU statement, when it is
+    a green run's own of these very layers, config and inputs by this validator set. Also why each was passed over.
+    A host's newest red run is not papered over by its older green one; another host's green still counts."""
+    try:
+        signed = attest.verified_statements(source, attest.VALIDATION_TYPE, verifier)
+    except (RegistryError, PromotionRefused, StateError) as e:
+        return [], [f"{source}: its GPU statements could not be read ({e})"]
+    newest: dict[tuple, Report] = {}
+    for s in signed:
+        try:
+            rep = Report.of(s.predicate, f"{source}: signed validation statement")
+        except (StateError, ValueError) as e:
+            return [], [f"{source}: {e}"]  # any doubt means run
+        if rep.gpu_run():
+            host = rep.host_of()
+            newest[(tuple(host.gpu_models), host.driver)] = rep
+    found, why = [], []
+    for (models, driver), rep in newest.items():
+        key = content_key(**facts, validator_set=evidence.validator_set_hash(), gpu={"models": list(models), "driver": driver})
+        problem = _unusable(rep, key)
+        if problem:
+            why.append(f"{source} (GPU {', '.join(models) or '?'}, driver {driver}): {problem}")
+        else:
+            found.append(Found(source=source, report=rep, key=key))
+    return found, why
+
+
+def _newest(ref: str, verifier: attest.Verifier, *, gpu: bool | None = None) -> Report | None:
+    """The newest verified validation statement on ref (None: none); `gpu` False or True: the newest image run's or
+    GPU run's (a GPU run signed after the image run does not hide the image run's statement from its own key)."""
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
-    return Report.of(signed[-1].predicate, f"{ref}: signed validation statement") if signed else None
+    for s in reversed(signed):
+        rep = Report.of(s.predicate, f"{ref}: signed validation statement")
+        if gpu is None or rep.gpu_run() == gpu:
+            return rep
+    return None
 
 
 def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:

@@ -81,7 +81,8 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
                         verifier: attest.Verifier | None = None, reuse_evidence: bool = True,
                         reuse_from: tuple[str, ...] = ()) -> int:
     refs = {t.id: pushed_ref(t, records, signer) for t in targets}  # every refusal before the first check runs
-    # reuse by content: an image run with no narrowing arguments (GPU evidence is not reused here yet)
+    # reuse by content: an image run with no narrowing arguments; it carries the source's GPU runs too (a --gpu run
+    # on a GPU runner always runs: its host is the one being proven)
     may_reuse = reuse_evidence and not gpu and not pytest_args.strip()
     left = [t for t in targets if not (may_reuse and _reused(t, refs[t.id], reports=reports, signer=signer,
                                                              records=records, verifier=verifier, reuse_from=reuse_from))]
@@ -130,6 +131,16 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     _write_reused(t, stmt, reports=reports, records=records, target_json=tj)
     print(f"gpuforge: reused: the image checks ({len(rep.checks)}) signed {found.report.run.signed_at} on "
           f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
+    # the same bytes' GPU runs, one per GPU host (models and driver): a zstd copy or a mirror needs no new GPU run
+    gpu, gpu_passed_over = reuse.gpu_runs(found.source, facts, verifier)
+    for why in gpu_passed_over:
+        print(f"gpuforge: not reused: {why}", flush=True)
+    for g in gpu:
+        sign_report(ref, statement(reuse.statement(g, image_id=rec.image_id), ref), signer=signer, target=t)
+        host = g.report.host_of()
+        print(f"gpuforge: reused: the GPU checks ({len(g.report.checks)}) of {', '.join(host.gpu_models)} on driver "
+              f"{host.driver} signed {g.report.run.signed_at} on {found.source}; signed onto {ref} (no validator ran)",
+              flush=True)
     return True
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import state_here
+from fleet_reports import gpu_report
 from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trixie_engine
 from state_here import records
@@ -37,8 +38,10 @@ from state_here import records
 from conftest import ROOT, gpuforge, need
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
+from gpuforge.publish import signed_run
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
+from gpuforge.validate import evidence
 
 # CI runs it (`nox -s tests`); `-m "not heavy"` leaves it out of a local run (docs/ci.md)
 pytestmark = [pytest.mark.docker, pytest.mark.heavy]
@@ -154,9 +157,9 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     # evidence is reused by content, and no validator runs (#28)
     out = cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"],
               "--key", keys["pub"]).stdout
-    [signed] = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
-                                          state_here.verifier(keys["pub"]))  # subject == this digest, or none
-    assert signed["evidence"]["image_id"] == rec["image_id"]
+    signed, *gpu_signed = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
+                                                     state_here.verifier(keys["pub"]))  # subject == this digest, or none
+    assert signed["evidence"]["image_id"] == rec["image_id"] and not signed["gpu"]
     if provenance == "false":
         source = SIGNED.get("default")
         assert source, "the provenance-off case reuses the default case's evidence: run the module whole"
@@ -164,10 +167,23 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         assert signed["run"]["reused_from"]["source"] == source
         # the same layers, as this engine holds each image: the reuse was of this very content
         assert signed["evidence"]["diff_ids"] == layers(engine26, rec["image_id"]) == layers(engine26, source)
-        print(f"reused {source}'s signed validation for {rec['image_id'][:19]}: no validator ran")
+        # and the source's GPU run of these bytes (the fixture below), one statement per GPU host, with no GPU here
+        assert "gpuforge: reused: the GPU checks" in out and "of H200 on driver 580.159.04" in out, out[-3000:]
+        [gpu] = gpu_signed
+        assert gpu["gpu"] and gpu["run"]["reused_from"]["source"] == source
+        assert gpu["evidence"]["image_id"] == rec["image_id"] and gpu["evidence"]["diff_ids"] == signed["evidence"]["diff_ids"]
+        print(f"reused {source}'s signed validation and GPU run for {rec['image_id'][:19]}: no validator ran")
     else:
-        assert "gpuforge: validating" in out and "reused_from" not in signed["run"]
+        assert "gpuforge: validating" in out and "reused_from" not in signed["run"] and not gpu_signed
         assert signed["evidence"]["diff_ids"] and signed["evidence"]["config"]
+        # FIXTURE (no GPU here): a GPU run of these very bytes, signed through the one signing path: this run's checks
+        # with the GPU checks of the real H200 run (docs/measurements/smoke-cdi-h200.json), labelled inside
+        rep = gpu_report(signed, required=evidence.required_checks(True))
+        rep["facts"]["fixture"] = "FIXTURE (test_engine_matrix.py): the H200 run's GPU checks on this image's report"
+        rep["evidence"].update({k: signed["evidence"][k] for k in ("diff_ids", "config", "inputs")})
+        rep.pop("run")
+        monkeypatch.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
+        signed_run.sign_report(f"{host}/{repo}@{digest}", rep, signer=state_here.signer(keys["key"]), target=t)
     SIGNED[provenance] = f"{host}/{repo}@{digest}"
 
     cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
@@ -175,6 +191,11 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     dev = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-dev"))
     assert dev is not None and dev.digest == digest
     print(f"recorded == pushed == signed == promoted: {digest}")
+    if provenance == "false":  # another digest of the same bytes reaches prod with no validator run of its own
+        cli("promote", "--env", "prod", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],
+            "--sign-key", keys["key"])
+        prod = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-prod"))
+        assert prod is not None and prod.digest == digest
     if provenance != "default":
         return
     # zstd layers (the containerd store's builder can export them): <tag>-zstd beside the gzip <tag>

@@ -190,3 +190,69 @@ def test_promotion_judges_the_reused_statement_and_the_test_result_keeps_the_sou
     results = [d for t, d in signed if t == statements.TEST_RESULT_TYPE]
     runs = [c for r in results for c in r["configuration"] if c["name"] == statements.RUN]
     assert runs and all(c["annotations"]["signedAt"] == SIGNED_AT for c in runs), runs  # the source's time, not now
+
+
+# --- GPU runs of the same bytes (#28: a zstd copy or a mirror promotes with no new GPU run) ------------------------
+FACTS = {"diff_ids": list(LAYERS), "config": CONFIG, "inputs": INPUTS}
+
+
+def _signed_gpu(*, model: str = "H200", driver: str = "580.159.04", **change) -> dict:
+    rep = _gpu(model=model, driver=driver)
+    rep["run"] = {"signed_in_run": True, "signed_at": SIGNED_AT, "subject": SRC}
+    rep["evidence"].update(change)
+    return rep
+
+
+def test_each_gpu_hosts_newest_green_run_of_these_bytes_is_reused(registry):
+    registry[SRC] = [image_report(), _signed_gpu(), _signed_gpu(model="A100", driver="570.133.20")]
+    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    assert why == [] and [(f.report.host_of().gpu_models, f.report.host_of().driver) for f in found] == [
+        (["H200"], "580.159.04"), (["A100"], "570.133.20")]
+    h200 = found[0]
+    assert h200.key == reuse.key_of(Report.of(_signed_gpu()))  # the key names the GPU host it was proven on
+    stmt = Report.of(signed_run.statement(reuse.statement(h200, image_id="sha256:" + "9" * 64), COPY))
+    assert stmt.gpu_run() and stmt.run.reused_from.source == SRC and stmt.host_of().driver == "580.159.04"
+    assert stmt.validated_at() == SIGNED_AT and not evidence.problems(stmt)
+
+
+@pytest.mark.parametrize(("mutation", "facts", "change"), [
+    ("a layer of the copy", {**FACTS, "diff_ids": [LAYERS[0], "sha256:" + "e" * 64]}, {}),
+    ("the copy's runtime config", {**FACTS, "config": "sha256:" + "f" * 64}, {}),
+    ("the GPU run's validator set", FACTS, {"validator_set": "sha256:" + "0" * 64}),
+    ("the GPU run named no content", FACTS, {"diff_ids": []}),
+])
+def test_each_gpu_mutation_re_runs(registry, mutation, facts, change):
+    registry[SRC] = [image_report(), _signed_gpu(**change)]
+    found, why = reuse.gpu_runs(SRC, facts, VERIFIER)
+    assert found == [], f"{mutation}: reused"
+    assert len(why) == 1 and why[0].startswith(f"{SRC} (GPU H200, driver 580.159.04): "), why
+
+
+def test_a_gpu_hosts_newest_red_run_is_not_papered_over_and_another_hosts_green_still_counts(registry):
+    red = _signed_gpu()
+    red["checks"][0]["outcome"] = "failed"
+    registry[SRC] = [_signed_gpu(), _signed_gpu(model="A100", driver="570.133.20"), red]
+    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    assert [f.report.host_of().gpu_models for f in found] == [["A100"]]
+    assert len(why) == 1 and "H200" in why[0] and "not evidence" in why[0]
+
+
+def test_a_gpu_reuse_is_never_reused_again_and_an_unreadable_source_means_run(registry):
+    again = _signed_gpu()
+    again["run"]["reused_from"] = {"source": COPY, "key": key()}
+    registry[SRC] = [again]
+    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    assert found == [] and "itself a reuse" in why[0]
+    registry[SRC] = RegistryError("cannot reach registry 127.0.0.1:5000")
+    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    assert found == [] and "could not be read" in why[0]
+
+
+def test_a_gpu_run_signed_after_the_image_run_does_not_hide_it(registry):
+    registry[SRC] = [image_report(), _signed_gpu()]
+    found, why = reuse.find(key(), [SRC], VERIFIER, skip=COPY)
+    assert found is not None and not found.report.gpu_run() and why == []
+    red = image_report()
+    red["checks"][0]["outcome"] = "failed"
+    registry[SRC] = [image_report(), red, _signed_gpu()]  # the newest image run is red: not reused
+    assert reuse.find(key(), [SRC], VERIFIER)[0] is None
