@@ -103,7 +103,10 @@ def pytest_configure(config):
 
         os.environ["GPUFORGE_STATE_DIR"] = tempfile.mkdtemp(prefix="gpuforge-test-state-")
     os.environ.setdefault("GPUFORGE_LOG_DIR", os.path.join(os.environ["GPUFORGE_STATE_DIR"], "logs"))
-    if not hasattr(config, "workerinput"):  # the controller (or the only process): before any worker starts
+    # the controller (or the only process), before any worker starts; not for a collection, help, or the unit tests
+    unit_only = config.args and all(Path(a.split("::")[0]).resolve().is_relative_to(ROOT / "tests" / "unit")
+                                    for a in config.args)
+    if not (hasattr(config, "workerinput") or config.option.collectonly or config.option.help or unit_only):
         from registries import start_run_registry
 
         config._gpuforge_run_registry = start_run_registry()
@@ -113,8 +116,8 @@ def pytest_unconfigure(config):
     if not hasattr(config, "workerinput"):
         from registries import drop_run_tags, stop_run_registry
 
+        drop_run_tags()  # before the run's folder, which lists its registries, goes
         stop_run_registry(getattr(config, "_gpuforge_run_registry", None))
-        drop_run_tags()
 
 
 @pytest.fixture(autouse=True)
@@ -334,6 +337,7 @@ class _DiskWatch:
     in the controlling process; the summary prints the lowest, when, and which modules were running then."""
 
     PATHS = ("/var/lib/docker", "/tmp", "/var/tmp")
+    NEEDED = 40e9  # a whole run took 33-35 GB at its lowest point (docs/ci.md)
 
     def __init__(self):
         self.running: dict[str, str] = {}  # worker -> the module of its latest report
@@ -356,6 +360,10 @@ class _DiskWatch:
         self.t0 = time.monotonic()
         devs = self._devices()
         self.start = {p: shutil.disk_usage(p).free for p in devs.values()}
+        for p, free in self.start.items():
+            if free < self.NEEDED:  # said at once: a registry then answers 500 to an upload, 20 minutes in
+                print(f"\ngpuforge tests: warning: {free / 1e9:.1f} GB free on {p}; a whole run takes about "
+                      f"{self.NEEDED / 1e9:.0f} GB (docs/ci.md, Disk: `docker builder prune`, old images)", file=sys.stderr)
 
         def sample():
             while True:

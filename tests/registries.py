@@ -168,8 +168,10 @@ class LocalRegistry(Registry):
             if self.tokens:
                 self.tokens.stop()
             pytest.fail(str(e))
-        with open(_hosts_file(), "a") as f:  # the run's registries: their tags leave the engine when the run ends
-            f.write(self.host + "\n")
+        hosts = _hosts_file()
+        if hosts:  # the run's registries: their tags leave the engine when the run ends
+            with open(hosts, "a") as f:
+                f.write(self.host + "\n")
 
     def stop(self):
         """Stops it and deletes what it stored: a push of the default image is 3 GB, and pytest keeps the
@@ -207,8 +209,10 @@ def stop_run_registry(started: tuple[LocalRegistry, Path] | None) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _hosts_file() -> Path:
-    return Path(os.environ["GPUFORGE_STATE_DIR"]) / ".tests-registry-hosts"
+def _hosts_file() -> Path | None:
+    """This run's list of its registries (in the run's own folder; None in a run without one)."""
+    blobs = os.environ.get(RUN_BLOBS)
+    return Path(blobs).parent / "registry-hosts" if blobs else None
 
 
 def drop_run_tags() -> None:
@@ -216,7 +220,7 @@ def drop_run_tags() -> None:
     the image so). Each kept an image alive after the run (12 GB a run, once); another run's tags are not touched."""
     try:
         hosts = tuple(h + "/" for h in set(_hosts_file().read_text().split()))
-    except (OSError, KeyError):
+    except (OSError, AttributeError):  # no run folder, or no registry started
         return
     import docker
     import docker.errors

@@ -29,8 +29,8 @@ def r1(request, host, host_spec, programs, gpu, facts, target) -> dict[str, read
     asked = request.config.getoption("gpuforge_gpus")
     count = int(asked) if asked and asked.isdigit() else None
     bars = readiness.bars()
-    r = sh(host, "python3 %s --level r1 --bars %s" + (f" --gpus {count}" if count is not None else ""),
-           f"{programs}/gpu_smoke.py", json.dumps(bars), timeout=120, check=False)
+    r = sh(host, "python3 %s --level r1 --cuda %s --bars %s" + (f" --gpus {count}" if count is not None else ""),
+           f"{programs}/gpu_smoke.py", target.cuda, json.dumps(bars), timeout=120, check=False)
     try:
         got = json.loads(r.stdout.strip().splitlines()[-1])["facts"]
     except (IndexError, KeyError, json.JSONDecodeError):

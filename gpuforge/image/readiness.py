@@ -227,11 +227,12 @@ def _gpus_seen(add, facts: dict, gpus: list[dict], request: int | None) -> None:
         return
     seen = cuda["count"]
     fig = f"asked {'all' if request is None else request}, NVML {len(gpus)}, CUDA {seen} ({vis})"
-    if seen == want and len(gpus) >= want:
+    if seen == want and len(gpus) >= want > 0:
         add("gpus_seen", True, fig)
         return
     init = f", cuInit error {cuda['init_error']}" if "init_error" in cuda else ""
-    add("gpus_seen", False, fig, f"asked for {want} GPU(s), CUDA sees {seen}{init} ({vis})")
+    asked = f"asked for {want} GPU(s)" if want else "no GPU is seen"
+    add("gpus_seen", False, fig, f"{asked}, CUDA sees {seen}{init} ({vis})")
 
 
 def _require(add, facts: dict, image_cuda: str) -> None:
@@ -250,7 +251,12 @@ def _require(add, facts: dict, image_cuda: str) -> None:
 def _driver(add, facts: dict, driver: str, image_cuda: str) -> None:
     from gpuforge.image import compat  # PyYAML: present on the host and in every image
 
-    v = compat.driver_verdict(driver, image_cuda, datacenter=None)
+    try:
+        v = compat.driver_verdict(driver, image_cuda, datacenter=None)
+    except ValueError as e:  # no CUDA given, or one the compat data does not know: the check could not run
+        add("driver", False, f"driver {driver}, CUDA {image_cuda or '?'}", f"the image's CUDA cannot be judged ({e})",
+            blame=IMAGE)
+        return
     add("driver", v.ok, f"driver {driver}, CUDA {image_cuda}: {v.kind}", v.message)
 
 

@@ -61,7 +61,8 @@ def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: 
     if why:
         return why
     built = _epoch(built_at)
-    if built is not None and float(rep.started or 0) <= built:
+    # a reuse's checks ran on another digest of these bytes, maybe before this build: its content key proved them
+    if built is not None and float(rep.started or 0) <= built and not (rep.run and rep.run.reused_from):
         return "older than the build"
     if max_age_days is not None:
         age = age_days(rep.validated_at())

@@ -133,33 +133,38 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
     return None, why
 
 
-def gpu_runs(source: str, facts: dict, verifier: attest.Verifier) -> tuple[list[Found], list[str]]:
+def gpu_runs(source: str, copy: str, facts: dict, verifier: attest.Verifier) -> tuple[list[Found], list[str]]:
     """The source's GPU evidence that these bytes (`facts`: evidence.content of the copy) reuse: for each GPU host
     the source was validated on (its GPU models and driver), that host's newest verified GPU statement, when it is
     a green run's own of these very layers, config and inputs by this validator set. Also why each was passed over.
-    A host's newest red run is not papered over by its older green one; another host's green still counts."""
+    A host's newest red run, on the source or on the copy itself, is not papered over by an older green one; another
+    host's green still counts."""
     try:
-        signed = attest.verified_statements(source, attest.VALIDATION_TYPE, verifier)
-    except (RegistryError, PromotionRefused, StateError) as e:
-        return [], [f"{source}: its GPU statements could not be read ({e})"]
-    newest: dict[tuple, Report] = {}
-    for s in signed:
-        try:
-            rep = Report.of(s.predicate, f"{source}: signed validation statement")
-        except (StateError, ValueError) as e:
-            return [], [f"{source}: {e}"]  # any doubt means run
-        if rep.gpu_run():
-            host = rep.host_of()
-            newest[(tuple(host.gpu_models), host.driver)] = rep
+        ours, theirs = _gpu_newest(copy, verifier), _gpu_newest(source, verifier)
+    except (RegistryError, PromotionRefused, StateError, ValueError) as e:
+        return [], [f"{source}: the GPU statements could not be read ({e})"]  # any doubt means run
     found, why = [], []
-    for (models, driver), rep in newest.items():
+    for (models, driver), rep in theirs.items():
         key = content_key(**facts, validator_set=evidence.validator_set_hash(), gpu={"models": list(models), "driver": driver})
-        problem = _unusable(rep, key)
+        own = ours.get((models, driver))
+        problem = ("the copy's own newest GPU run on this host is not green" if own and evidence.problems(own)
+                   else _unusable(rep, key))
         if problem:
             why.append(f"{source} (GPU {', '.join(models) or '?'}, driver {driver}): {problem}")
         else:
             found.append(Found(source=source, report=rep, key=key))
     return found, why
+
+
+def _gpu_newest(ref: str, verifier: attest.Verifier) -> dict[tuple, Report]:
+    """(GPU models, driver) -> that GPU host's newest verified GPU statement on ref."""
+    newest: dict[tuple, Report] = {}
+    for s in attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier):
+        rep = Report.of(s.predicate, f"{ref}: signed validation statement")
+        if rep.gpu_run():
+            host = rep.host_of()
+            newest[(tuple(host.gpu_models), host.driver)] = rep
+    return newest
 
 
 def _newest(ref: str, verifier: attest.Verifier, *, gpu: bool | None = None) -> Report | None:

@@ -132,7 +132,7 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     print(f"gpuforge: reused: the image checks ({len(rep.checks)}) signed {found.report.run.signed_at} on "
           f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
     # the same bytes' GPU runs, one per GPU host (models and driver): a zstd copy or a mirror needs no new GPU run
-    gpu, gpu_passed_over = reuse.gpu_runs(found.source, facts, verifier)
+    gpu, gpu_passed_over = reuse.gpu_runs(found.source, ref, facts, verifier)
     for why in gpu_passed_over:
         print(f"gpuforge: not reused: {why}", flush=True)
     for g in gpu:

@@ -854,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
                     "about a second); exit 0 ready, 10 the node is not fit, 5 the image is at fault")
     ap.add_argument("--gpus", type=int, help="r1: the GPUs asked for (default: all the node has)")
     ap.add_argument("--bars", help="r1: JSON object of bars (the host toolkit's readiness); default: the compat data's")
+    ap.add_argument("--cuda", help="r1: the image's CUDA (default: /opt/gpuforge/target.json's)")
     args = ap.parse_args(argv)
     if args.level == "r1":
         return ready_r1(args)
@@ -892,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def ready_r1(args) -> int:
     """Readiness level r1 (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
-    cuda = (_target_json().get("cuda") or os.environ.get("GPUFORGE_CUDA", ""))
+    cuda = args.cuda or _target_json().get("cuda", "")
     facts = readiness.collect()
     findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda,
                                bars=json.loads(args.bars) if args.bars else readiness.bars())

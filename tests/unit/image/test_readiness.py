@@ -154,3 +154,15 @@ def test_collect_never_raises_and_reports_what_it_could_not_read():
         assert key in facts
     found = readiness.judge(facts, request=1, image_cuda="12.6", bars=BARS)
     assert [f.check for f in found] == list(readiness.CHECKS)
+
+
+def test_a_node_with_no_gpu_is_never_ready():
+    facts = broken(cuda={"count": 0, "init_error": 100})
+    facts["nvml"]["gpus"] = []
+    f = judge(facts, request=None)["gpus_seen"]
+    assert not f.ok and f.blame == readiness.HOST and "no GPU is seen, CUDA sees 0" in f.reason
+
+
+def test_an_unknown_image_cuda_fails_the_driver_check_instead_of_raising():
+    f = judge(HEALTHY, image_cuda="")["driver"]
+    assert not f.ok and f.blame == readiness.IMAGE and "the image's CUDA cannot be judged" in f.reason

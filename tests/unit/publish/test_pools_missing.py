@@ -63,3 +63,15 @@ def test_a_target_without_pools_needs_nothing_more(tmp_path):
     (tmp_path / "matrix.yaml").write_text(BASE)
     t = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
     assert t.pools == () and prod.pools_missing(t, []) == []
+
+
+def test_a_reused_gpu_run_of_the_same_bytes_counts_though_it_ran_before_this_build(tmp_path):
+    """A copy (zstd, a mirror, another provenance setting) reuses its source's GPU run by content (#28): the checks
+    ran before the copy was built, and the content key, not the clock, proved them for these bytes."""
+    t = _target(tmp_path)
+    h200, a100, _ = _three()
+    earlier = gpu_report(base_from_h200_run(), model="L4", driver="575.57.08", count=2, started=AFTER - 3 * 86400)
+    assert prod.pools_missing(t, [h200, a100, earlier], built_at=BUILT) == ["l4x2"]
+    earlier["run"] = {"reused_from": {"source": "127.0.0.1:5000/gpuforge/a@sha256:" + "1" * 64,
+                                      "key": "sha256:" + "2" * 64}}
+    assert prod.pools_missing(t, [h200, a100, earlier], built_at=BUILT) == []

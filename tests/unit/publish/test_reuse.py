@@ -205,7 +205,7 @@ def _signed_gpu(*, model: str = "H200", driver: str = "580.159.04", **change) ->
 
 def test_each_gpu_hosts_newest_green_run_of_these_bytes_is_reused(registry):
     registry[SRC] = [image_report(), _signed_gpu(), _signed_gpu(model="A100", driver="570.133.20")]
-    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    found, why = reuse.gpu_runs(SRC, COPY, FACTS, VERIFIER)
     assert why == [] and [(f.report.host_of().gpu_models, f.report.host_of().driver) for f in found] == [
         (["H200"], "580.159.04"), (["A100"], "570.133.20")]
     h200 = found[0]
@@ -223,7 +223,7 @@ def test_each_gpu_hosts_newest_green_run_of_these_bytes_is_reused(registry):
 ])
 def test_each_gpu_mutation_re_runs(registry, mutation, facts, change):
     registry[SRC] = [image_report(), _signed_gpu(**change)]
-    found, why = reuse.gpu_runs(SRC, facts, VERIFIER)
+    found, why = reuse.gpu_runs(SRC, COPY, facts, VERIFIER)
     assert found == [], f"{mutation}: reused"
     assert len(why) == 1 and why[0].startswith(f"{SRC} (GPU H200, driver 580.159.04): "), why
 
@@ -232,7 +232,7 @@ def test_a_gpu_hosts_newest_red_run_is_not_papered_over_and_another_hosts_green_
     red = _signed_gpu()
     red["checks"][0]["outcome"] = "failed"
     registry[SRC] = [_signed_gpu(), _signed_gpu(model="A100", driver="570.133.20"), red]
-    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    found, why = reuse.gpu_runs(SRC, COPY, FACTS, VERIFIER)
     assert [f.report.host_of().gpu_models for f in found] == [["A100"]]
     assert len(why) == 1 and "H200" in why[0] and "not evidence" in why[0]
 
@@ -241,10 +241,10 @@ def test_a_gpu_reuse_is_never_reused_again_and_an_unreadable_source_means_run(re
     again = _signed_gpu()
     again["run"]["reused_from"] = {"source": COPY, "key": key()}
     registry[SRC] = [again]
-    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    found, why = reuse.gpu_runs(SRC, COPY, FACTS, VERIFIER)
     assert found == [] and "itself a reuse" in why[0]
     registry[SRC] = RegistryError("cannot reach registry 127.0.0.1:5000")
-    found, why = reuse.gpu_runs(SRC, FACTS, VERIFIER)
+    found, why = reuse.gpu_runs(SRC, COPY, FACTS, VERIFIER)
     assert found == [] and "could not be read" in why[0]
 
 
@@ -256,3 +256,13 @@ def test_a_gpu_run_signed_after_the_image_run_does_not_hide_it(registry):
     red["checks"][0]["outcome"] = "failed"
     registry[SRC] = [image_report(), red, _signed_gpu()]  # the newest image run is red: not reused
     assert reuse.find(key(), [SRC], VERIFIER)[0] is None
+
+
+def test_the_copys_own_red_gpu_run_on_a_host_is_not_papered_over(registry):
+    red = _signed_gpu()
+    red["checks"][0]["outcome"] = "failed"
+    registry[SRC] = [image_report(), _signed_gpu(), _signed_gpu(model="A100", driver="570.133.20")]
+    registry[COPY] = [red, image_report()]  # a red H200 run of the copy, then a green image run
+    found, why = reuse.gpu_runs(SRC, COPY, FACTS, VERIFIER)
+    assert [f.report.host_of().gpu_models for f in found] == [["A100"]]
+    assert len(why) == 1 and "H200" in why[0] and "the copy's own newest GPU run on this host is not green" in why[0]
