@@ -216,8 +216,9 @@ def _hosts_file() -> Path | None:
 
 
 def drop_run_tags() -> None:
-    """At the end of the run, in the controlling process: the engine's tags naming this run's registries (a push tags
-    the image so). Each kept an image alive after the run (12 GB a run, once); another run's tags are not touched."""
+    """At the end of the run, in the controlling process: the engine's tags and repository digests naming this run's
+    registries (a push tags the image so). Each kept an image alive after the run (12 GB a run, once). Another run's
+    are touched only if it took one of this run's ports after this run let it go (ports 5100-5199 are shared)."""
     try:
         hosts = tuple(h + "/" for h in set(_hosts_file().read_text().split()))
     except (OSError, AttributeError):  # no run folder, or no registry started
@@ -227,12 +228,14 @@ def drop_run_tags() -> None:
 
     try:
         client = docker.from_env(timeout=60)
-        tags = [tag for img in client.images.list() for tag in img.tags if tag.startswith(hosts)]
+        # tags, and the repository digests a push or pull leaves (`repo:<none>` in `docker images`): each holds an image
+        refs = [ref for img in client.images.list() for ref in (*img.tags, *(img.attrs.get("RepoDigests") or []))
+                if ref.startswith(hosts)]
     except docker.errors.DockerException:
         return  # no engine answers: nothing was tagged on it
-    for tag in tags:
+    for ref in refs:
         with contextlib.suppress(docker.errors.DockerException):  # one a container still uses stays: nothing lost
-            client.images.remove(tag)
+            client.images.remove(ref)
 
 
 def run_registry() -> str:
