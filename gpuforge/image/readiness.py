@@ -151,11 +151,15 @@ def _gib(n: int) -> str:
     return "unlimited" if n < 0 else f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n >> 10} KiB"
 
 
-def _per_gpu(gpus: list[dict], key: str, bad, say) -> tuple[bool, str, str]:
-    """(ok, figure, reason) of one NVML fact over every GPU: `bad(value)` says it fails, `say(value)` shows it."""
+def _per_gpu(gpus: list[dict], key: str, bad, say, unsupported: str = "") -> tuple[bool, str, str]:
+    """(ok, figure, reason) of one NVML fact over every GPU: `bad(value)` says it fails, `say(value)` shows it;
+    `unsupported`, when given, is what a GPU whose NVML answers "not supported" shows (it passes)."""
     figs, reasons = [], []
     for g in gpus:
         v = g.get(key)
+        if unsupported and "NotSupported" in (_err(v) or ""):
+            figs.append(f"GPU {g['index']}: {unsupported}")
+            continue
         if _err(v):
             figs.append(f"GPU {g['index']}: unreadable")
             reasons.append(f"GPU {g['index']}: could not read it ({_err(v)})")
@@ -203,7 +207,10 @@ def judge(facts: dict, *, request: int | None, image_cuda: str, bars: dict) -> l
             lambda v: f"{v['correctable']}+{v['uncorrectable']} rows remapped, pending {bool(v['pending'])}, "
                       f"failure {bool(v['failure'])}")
         add("row_remap", ok, fig, why)
-        _retired(add, gpus)
+        # page retirement is pre-Ampere's remedy (row remapping replaced it): NVML says "not supported" there
+        ok, fig, why = _per_gpu(gpus, "retired_pending", lambda v: "retired pages wait for a reboot" if v else "",
+                                lambda v: f"pending {bool(v)}", unsupported="not used (row remapping instead)")
+        add("retired_pages", ok, fig, why)
         ok, fig, why = _per_gpu(gpus, "clock_events", lambda v: "" if not v & sum(SLOWDOWN) else (
             "clocks held down: " + ", ".join(n for b, n in SLOWDOWN.items() if v & b)), lambda v: f"reasons {v:#x}")
         add("clocks", ok, fig, why)
@@ -258,23 +265,6 @@ def _driver(add, facts: dict, driver: str, image_cuda: str) -> None:
             blame=IMAGE)
         return
     add("driver", v.ok, f"driver {driver}, CUDA {image_cuda}: {v.kind}", v.message)
-
-
-def _retired(add, gpus: list[dict]) -> None:
-    """Page retirement is pre-Ampere's remedy (row remapping replaced it): NVML says "not supported" there."""
-    figs, reasons = [], []
-    for g in gpus:
-        v = g.get("retired_pending")
-        if _err(v) and "NotSupported" in _err(v):
-            figs.append(f"GPU {g['index']}: not used (row remapping instead)")
-        elif _err(v):
-            figs.append(f"GPU {g['index']}: unreadable")
-            reasons.append(f"GPU {g['index']}: could not read it ({_err(v)})")
-        else:
-            figs.append(f"GPU {g['index']}: pending {bool(v)}")
-            if v:
-                reasons.append(f"GPU {g['index']}: retired pages wait for a reboot")
-    add("retired_pages", not reasons, "; ".join(figs), "; ".join(reasons))
 
 
 def _mig(add, gpus: list[dict]) -> None:
