@@ -35,6 +35,9 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(p) for p in (_HERE.parent / "lib", _HERE.parent.parent) if (p / "gpuforge" / "image").is_dir()]
 from gpuforge.image import readiness, smoke_verdicts  # noqa: E402 - after the path above
+from gpuforge.image.expected import Expected, ExpectedError  # noqa: E402
+
+TARGET_JSON = "/opt/gpuforge/target.json"  # what the image was built to contain (rendering writes it)
 
 # NVLink multicast stays off on shared machines (see the multi-GPU part); set before torch loads.
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
@@ -893,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def ready_r1(args) -> int:
     """Readiness level r1 (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
-    cuda = args.cuda or _target_json().get("cuda", "")
+    cuda = args.cuda or _image_cuda()
     facts = readiness.collect()
     findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda,
                                bars=json.loads(args.bars) if args.bars else readiness.bars())
@@ -909,12 +912,13 @@ def ready_r1(args) -> int:
     return report["exit"]
 
 
-def _target_json() -> dict:
-    for path in (os.environ.get("GPUFORGE_TARGET_JSON", ""), "/opt/gpuforge/target.json"):
-        if path and os.path.isfile(path):
-            with open(path) as f:
-                return json.load(f)
-    return {}
+def _image_cuda() -> str:
+    """The CUDA the image carries, from its target.json through the one reader of that file ("" where there is none,
+    or it is malformed: r1's driver check then fails, saying the CUDA cannot be judged)."""
+    try:
+        return Expected.load(TARGET_JSON).cuda or ""
+    except ExpectedError:
+        return ""
 
 
 if __name__ == "__main__":
