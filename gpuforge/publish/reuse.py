@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -158,9 +159,8 @@ def gpu_runs(source: str, copy: str, facts: dict, verifier: attest.Verifier) -> 
 
 def _gpu_newest(ref: str, verifier: attest.Verifier) -> dict[tuple, Report]:
     """(GPU models, driver) -> that GPU host's newest verified GPU statement on ref."""
-    newest: dict[tuple, Report] = {}
-    for s in attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier):
-        rep = Report.of(s.predicate, f"{ref}: signed validation statement")
+    newest: dict[tuple, Report] = {}  # in the order the hosts first signed (the copy's statements keep it)
+    for rep in reversed(list(_newest_first(ref, verifier))):
         if rep.gpu_run():
             host = rep.host_of()
             newest[(tuple(host.gpu_models), host.driver)] = rep
@@ -170,12 +170,14 @@ def _gpu_newest(ref: str, verifier: attest.Verifier) -> dict[tuple, Report]:
 def _newest(ref: str, verifier: attest.Verifier, *, gpu: bool | None = None) -> Report | None:
     """The newest verified validation statement on ref (None: none); `gpu` False or True: the newest image run's or
     GPU run's (a GPU run signed after the image run does not hide the image run's statement from its own key)."""
-    signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
-    for s in reversed(signed):
-        rep = Report.of(s.predicate, f"{ref}: signed validation statement")
-        if gpu is None or rep.gpu_run() == gpu:
-            return rep
-    return None
+    return next((rep for rep in _newest_first(ref, verifier) if gpu is None or rep.gpu_run() == gpu), None)
+
+
+def _newest_first(ref: str, verifier: attest.Verifier) -> Iterator[Report]:
+    """ref's verified validation statements, newest first (registry order), each read against the report's shape
+    only when it is reached."""
+    for s in reversed(attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)):
+        yield Report.of(s.predicate, f"{ref}: signed validation statement")
 
 
 def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:
