@@ -246,14 +246,6 @@ def run_registry() -> str:
     return host
 
 
-def docker_config(d: Path, host: str, user: str = USER, password: str = PASSWORD) -> Path:
-    """A DOCKER_CONFIG folder holding a login to `host`, for the docker and buildx CLIs a test runs itself."""
-    d.mkdir(parents=True, exist_ok=True)
-    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
-    (d / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
-    return d
-
-
 # The image reference docs/promotion.md's consumer verify command names; tests swap in their own (and the key file).
 DOC_REF = "registry.example.com/gpuforge/pytorch:pt271-cu126-py311-debian12-runtime-wheels-prod"
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from registries import docker_config, run_registry
+from registries import PASSWORD, USER, run_registry
 from second_engine import SecondEngine, StartError, checkout_snapshot, matrix_copy, run_steps
 from state_here import records
 
@@ -24,6 +24,7 @@ from gpuforge import options
 from gpuforge.builder import runner as build
 from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
+from gpuforge.registry.client import RegistryAuth, auth_file
 from gpuforge.render import dockerfile as render
 from gpuforge.render import locks
 
@@ -113,8 +114,16 @@ def cache_registry():
     return run_registry()
 
 
+@pytest.fixture(scope="module")
+def cache_login(cache_registry):
+    """DOCKER_CONFIG holding a login to the run's registry (gpuforge's own auth file), for both runners' CLIs."""
+    with auth_file(RegistryAuth(user=USER, password=PASSWORD), cache_registry) as path:
+        yield {"DOCKER_CONFIG": str(Path(path).parent)}
+
+
 def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_torch(
-        buildx_present, default_build, docker_engine, second_engine, cache_registry, tmp_path, built_by, monkeypatch):
+        buildx_present, default_build, docker_engine, second_engine, cache_registry, cache_login, tmp_path, built_by,
+        monkeypatch):
     """Runner A builds with --cache-to type=inline (no CA flag: the host's pip trust is the secret) and pushes;
     runner B, whose build cache is empty, builds with --cache-from the pushed ref: the torch layer is reused."""
     t, _ = default_build
@@ -130,16 +139,16 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
         assert "using the host's pip trust" in r.stdout
     rec_a = _record(tmp_path / "a", t.id, monkeypatch)
     built_by(f"{t.id} (runner A, --cache-to type=inline)", rec_a)
-    login = {"DOCKER_CONFIG": str(docker_config(tmp_path / "docker-config", cache_registry))}  # both runners log in
     t0 = time.monotonic()
-    subprocess.run([DOCKER, "push", "-q", ref], check=True, capture_output=True, timeout=1800, env={**os.environ, **login})
+    subprocess.run([DOCKER, "push", "-q", ref], check=True, capture_output=True, timeout=1800,
+                   env={**os.environ, **cache_login})
     print(f"\npush of the inline-cache image: {time.monotonic() - t0:.0f} s")
 
     # runner B: same base (bootstrapped bases are made locally; load it rather than debootstrap again)
     second_engine.load(t.base_image)
     assert not second_engine.client.images.list(name=ref.rsplit(":", 1)[0])
     env_b = {"DOCKER_HOST": second_engine.host, "GPUFORGE_STATE_DIR": str(tmp_path / "b"),
-             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap), **login}
+             "GPUFORGE_LOG_DIR": str(tmp_path / "b-logs"), "GPUFORGE_ROOT": str(snap), **cache_login}
     r = gpuforge("--matrix", str(m), "build", "--cache-from", f"type=registry,ref={ref}", "--progress", "plain", env=env_b,
                  cwd=snap)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
