@@ -257,20 +257,25 @@ def gpu_capability(model: str) -> str | None:
     return data()["gpu_capability"].get(model)
 
 
+def model_key(name: str, keys) -> str | None:
+    """The key of `keys` naming the GPU called `name` (an NVML or CUDA device name), or None: every word of the key
+    must be a word of the name, and the longest key wins ("H100 PCIe" over "H100", "RTX 5090" needs both words)."""
+    words = re.split(r"[\s-]+", name.upper())
+    best = None
+    for key in keys:
+        parts = key.upper().split()
+        if all(k in words for k in parts) and (best is None or len(parts) > len(best.split())):
+            best = key
+    return best
+
+
 def gpu_model_of(name: str) -> str | None:
-    """The compat data's GPU model for an NVML device name ("NVIDIA H200" -> "H200"), or None: every word of the
-    model must be a word of the name, the longest model wins ("RTX 5090" needs both words).
+    """The compat data's GPU model for an NVML device name ("NVIDIA H200" -> "H200"), or None.
 
     >>> gpu_model_of("NVIDIA H200"), gpu_model_of("NVIDIA GeForce RTX 5090"), gpu_model_of("NVIDIA H20")
     ('H200', 'RTX 5090', None)
     """
-    words = re.split(r"[\s-]+", name.upper())
-    best = None
-    for model in data()["gpu_capability"]:
-        key = model.upper().split()
-        if all(k in words for k in key) and (best is None or len(key) > len(best.split())):
-            best = model
-    return best
+    return model_key(name, data()["gpu_capability"])
 
 
 def datacenter_gpu(name: str, brand: str = "") -> bool:
@@ -330,14 +335,7 @@ def smoke_thresholds() -> dict:
 
 
 def busbw_floor(gpu_name: str) -> tuple[str, float] | None:
-    """(model, GB/s) all-reduce bus-bandwidth floor for a GPU by its name, or None for an unlisted model.
-
-    Every word of a model key must be a word of the name; the longest key wins ("H100 PCIe" over "H100").
-    """
-    words = re.split(r"[\s-]+", gpu_name.upper())
-    best = None
-    for model, row in data()["busbw_floor_gbs"].items():
-        key = model.upper().split()
-        if all(k in words for k in key) and (best is None or len(key) > len(best[0].split())):
-            best = (model, float(row["floor"]))
-    return best
+    """(model, GB/s) all-reduce bus-bandwidth floor for a GPU by its name, or None for an unlisted model."""
+    table = data()["busbw_floor_gbs"]
+    model = model_key(gpu_name, table)
+    return (model, float(table[model]["floor"])) if model else None

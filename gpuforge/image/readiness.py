@@ -1,4 +1,5 @@
-"""Readiness level r1 of a GPU node (#29): is this node fit to run the image, in about a second, before any kernel?
+"""Readiness levels of a GPU node (#29). r1: is this node fit to run the image, in about a second, before any kernel?
+r2 (r1 and then about 20 s of measurements): is each GPU as fast as its model should be?
 
 `collect()` reads the facts where the workload runs (inside the container, or on the host): the GPUs CUDA sees
 against the GPUs NVML sees, the driver, each GPU's health from NVML (persistence, ECC mode and uncorrected errors,
@@ -9,6 +10,10 @@ container's limits (locked memory, /dev/shm). It never raises: a fact that could
 counts it), and every failure is blamed on the **host** (driver, health, limits) or the **image** (what the image
 itself asks for). Stdlib only, plus pynvml (nvidia-ml-py) when present: every image carries gpuforge/image, and the
 bars come in as a dict (`bars()` reads gpuforge/image/data/compat.yaml's `readiness` on the host).
+
+`judge_r2()` holds r2's figures (images/programs/speed.py's, the fused kernel's, NCCL's) to the floors of the GPU's
+model: a figure under its floor or unsteady trials blame the host; a figure that could not be measured blames the
+image when its error is the image's (an import, a library, a compile), else the host.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from dataclasses import asdict, dataclass
 HOST, IMAGE = "host", "image"
 CHECKS = ("require_cuda", "gpus_seen", "driver", "persistence", "ecc_mode", "ecc_uncorrected", "row_remap", "retired_pages", "clocks",
           "power_cap", "mig", "xid", "memlock", "shm")
+SPEED = ("hbm_copy", "gemm_bf16", "gemm_tf32", "h2d", "d2h")  # speed.py's figures, each with a floor per GPU model
+R2_CHECKS = (*SPEED, "fusion", "allreduce")
+LEVELS = {"r1": CHECKS, "r2": CHECKS + R2_CHECKS}
+# An error of the image's making: its libraries or code do not load, or its compiler stack fails. Anything else (out
+# of memory, a CUDA error, an ECC fault) is the node's.
+_IMAGE_ERROR = re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|cannot open shared object|CUDA_HOME|ptxas|"
+                          r"nvcc|[Tt]riton|[Ii]nductor|[Dd]ynamo|no kernel image is available")
 
 # NVML clock-event ("throttle") reasons that mean the node holds its clocks down; idle, application clocks, the
 # software power cap under load and display clocks are normal and left out.
@@ -303,14 +315,114 @@ def _limits(add, facts: dict, bars: dict) -> None:
             "with a bus error (docker run --shm-size 8g or --ipc=host)")
 
 
+def _blame(error: str) -> str:
+    return IMAGE if _IMAGE_ERROR.search(error) else HOST
+
+
+def judge_r2(speed: dict, *, bars: dict) -> list[Finding]:
+    """One finding per check of R2_CHECKS from r2's figures: {"gpus": [speed.measure() per GPU], "fusion": the smoke
+    program's fusion figures, "allreduce": multi_gpu.py's (more than one GPU)} or {"error": why none was measured}."""
+    out: list[Finding] = []
+
+    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST):
+        out.append(Finding(check, ok, "" if ok else blame, figure, "" if ok else reason))
+
+    if _err(speed):
+        for check in R2_CHECKS:
+            add(check, False, "not measured", f"r2 could not measure ({_err(speed)})", blame=_blame(_err(speed)))
+        return out
+    r2 = bars["r2"]
+    for check in SPEED:
+        add(check, *_speed(check, speed.get("gpus") or [], r2))
+    _fusion(add, speed.get("fusion") or {"error": "not measured"}, bars["fusion_min_ratio"])
+    _allreduce(add, speed.get("allreduce"), len(speed.get("gpus") or []), bars["busbw_floor_gbs"])
+    return out
+
+
+def _speed(check: str, gpus: list[dict], r2: dict) -> tuple[bool, str, str, str]:
+    """(ok, figure, reason, blame) of one speed figure over every GPU against its model's floor."""
+    from gpuforge.image.compat import model_key  # PyYAML: present on the host and in every image
+
+    figs, reasons, blames = [], [], set()
+    if not gpus:
+        return False, "no GPU measured", "no GPU was measured", HOST
+    for g in gpus:
+        v, who = g.get(check) or {"error": "not measured"}, f"GPU {g['index']}"
+        if _err(v):
+            figs.append(f"{who}: not measured")
+            reasons.append(f"{who}: could not measure it ({_err(v)})")
+            blames.add(_blame(_err(v)))
+            continue
+        model = model_key(g["name"], r2["floors"])
+        floor = r2["floors"][model].get(check) if model else None
+        fig = f"{who}: {v['best']:g} {v['unit']} best of {len(v['trials'])} (CV {v['cv']:.1%})"
+        figs.append(fig + (f", floor {floor:g}" if floor is not None else ""))
+        n = len(reasons)
+        if floor is None:
+            reasons.append(f"{who}: no r2 floor for {check} of a {g['name']!r} in the compat data (readiness.r2.floors): "
+                           "this GPU model cannot be shown fit")
+        elif v["best"] < floor:
+            reasons.append(f"{who}: {v['best']:g} {v['unit']} is under the {model}'s floor of {floor:g} {v['unit']} "
+                           f"(clocks or power held down, a degraded GPU, or another job on it)")
+        elif v["cv"] > r2["cv_max"]:
+            reasons.append(f"{who}: its trials vary by {v['cv']:.1%} (CV), over {r2['cv_max']:.0%}: "
+                           "something else runs on this GPU, or its clocks wander")
+        if len(reasons) > n:
+            blames.add(HOST)  # a figure measured and found short, or a model without floors: the node's
+    # the image only when every GPU's failure is an error of the image's making
+    return not reasons, "; ".join(figs), "; ".join(reasons), IMAGE if blames == {IMAGE} else HOST
+
+
+def _fusion(add, f: dict, least: float) -> None:
+    """The fused kernel's bandwidth against a copy on the same GPU: a ratio, so the node's speed cancels out and a
+    low one is the image's compiler stack (Inductor, Triton) at fault."""
+    if _err(f):
+        add("fusion", False, "not measured", f"the fused kernel could not be built or run ({_err(f)})",
+            blame=_blame(_err(f)))
+        return
+    fig = (f"compiled {f['compiled_kernels']} kernel(s), {f['compiled_gbs']:g} GB/s, {f['ratio_to_copy']:.0%} of a "
+           f"copy's {f['copy_gbs']:g} GB/s (floor {least:.0%})")
+    why = ("the compiled function launched "
+           f"{f['compiled_kernels']} kernels, not 1: no fusion" if f["compiled_kernels"] != 1 else
+           "compiled and eager results differ" if not f["equal"] else
+           f"the fused kernel reaches {f['ratio_to_copy']:.0%} of a copy's bandwidth, under {least:.0%}"
+           if f["ratio_to_copy"] < least else "")
+    add("fusion", not why, fig, why, blame=IMAGE)
+
+
+def _allreduce(add, ar: dict | None, n_gpus: int, floors: dict) -> None:
+    from gpuforge.image.compat import model_key
+
+    if n_gpus < 2 and ar is None:
+        add("allreduce", True, f"{n_gpus} GPU: no collective to measure")
+        return
+    if ar is None or _err(ar) or not ar.get("allreduce"):
+        why = _err(ar) if ar else "not measured"
+        add("allreduce", False, "not measured", f"NCCL all-reduce could not run ({why})", blame=_blame(why or ""))
+        return
+    big = max(ar["allreduce"], key=lambda r: r["bytes"])
+    name = (ar.get("names") or [""])[0]
+    model = model_key(name, floors)
+    fig = f"{big['busbw_gbs']:g} GB/s bus bandwidth at {big['bytes'] >> 20} MiB over {ar.get('world_size')} GPUs " \
+          f"(CV {big['busbw_cv']:.1%})" + (f", floor {floors[model]:g}" if model else "")
+    why = ("an all-reduce gave a wrong sum" if not all(r["exact"] for r in ar["allreduce"]) else
+           f"no bus-bandwidth floor for a {name!r} in the compat data" if not model else
+           f"{big['busbw_gbs']:g} GB/s is under the {model}'s floor of {floors[model]:g} GB/s (NVLink down, or traffic "
+           "through host memory)" if big["busbw_gbs"] < floors[model] else "")
+    add("allreduce", not why, fig, why)
+
+
 def bars() -> dict:
-    """The r1 bars from the compat data (the host's copy: an image never sets its own bar)."""
+    """The readiness bars from the compat data (the host's copy: an image never sets its own bar): `readiness`, with
+    the fused kernel's ratio and the all-reduce floors from where the smoke suite keeps them."""
     from gpuforge.image import compat
 
-    return dict(compat.data()["readiness"])
+    d = compat.data()
+    return {**d["readiness"], "fusion_min_ratio": d["smoke_thresholds"]["fusion_min_ratio"],
+            "busbw_floor_gbs": {m: float(r["floor"]) for m, r in d["busbw_floor_gbs"].items()}}
 
 
-def verdict(findings: list[Finding]) -> tuple[str, int]:
+def verdict(findings: list[Finding], level: str = "r1") -> tuple[str, int]:
     """(one line, exit code): 0 fit; 5 the image is at fault; 10 the node is not fit (the host first: an unfit node
     says nothing about the image)."""
     bad = [f for f in findings if not f.ok]
@@ -319,7 +431,7 @@ def verdict(findings: list[Finding]) -> tuple[str, int]:
         return "NODE NOT FIT (host): " + _said(host), 10
     if bad:
         return "IMAGE AT FAULT: " + _said(bad), 5
-    return f"READY r1: {len(findings)} checks passed", 0
+    return f"READY {level}: {len(findings)} checks passed", 0
 
 
 def _said(bad: list[Finding]) -> str:
@@ -330,6 +442,6 @@ def _said(bad: list[Finding]) -> str:
     return "; ".join(f"{', '.join(checks)}: {reason}" for reason, checks in by.items())
 
 
-def report(facts: dict, findings: list[Finding]) -> dict:
-    line, code = verdict(findings)
-    return {"level": "r1", "verdict": line, "exit": code, "findings": [asdict(f) for f in findings], "facts": facts}
+def report(facts: dict, findings: list[Finding], level: str = "r1") -> dict:
+    line, code = verdict(findings, level)
+    return {"level": level, "verdict": line, "exit": code, "findings": [asdict(f) for f in findings], "facts": facts}

@@ -853,14 +853,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-mode", choices=COMPILE_MODES, help="compile_modes: only this mode")
     ap.add_argument("--compile-modes-apart", action="store_true",
                     help="compile_modes: each mode in a process of its own, concurrently")
-    ap.add_argument("--level", choices=["r1"], help="r1: only the node's readiness (NVML health, driver, limits; "
-                    "about a second); exit 0 ready, 10 the node is not fit, 5 the image is at fault")
-    ap.add_argument("--gpus", type=int, help="r1: the GPUs asked for (default: all the node has)")
-    ap.add_argument("--bars", help="r1: JSON object of bars (the host toolkit's readiness); default: the compat data's")
-    ap.add_argument("--cuda", help="r1: the image's CUDA (default: /opt/gpuforge/target.json's)")
+    ap.add_argument("--level", choices=list(readiness.LEVELS), help="only the node's readiness: r1 NVML health, driver, "
+                    "limits (about a second); r2 r1 and each GPU's speed against its model's floors (about 20 s); "
+                    "exit 0 ready, 10 the node is not fit, 5 the image is at fault")
+    ap.add_argument("--gpus", type=int, help="--level: the GPUs asked for (default: all the node has)")
+    ap.add_argument("--bars", help="--level: JSON object of bars (the host toolkit's readiness.bars()); default: the "
+                    "compat data's")
+    ap.add_argument("--cuda", help="--level: the image's CUDA (default: /opt/gpuforge/target.json's)")
     args = ap.parse_args(argv)
-    if args.level == "r1":
-        return ready_r1(args)
+    if args.level:
+        return ready(args)
     _MODES.update(only=args.compile_mode, apart=args.compile_modes_apart)
     TH.clear()
     TH.update(json.loads(args.thresholds) if args.thresholds else smoke_verdicts.default_thresholds())
@@ -894,22 +896,57 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["ok"] else 1
 
 
-def ready_r1(args) -> int:
-    """Readiness level r1 (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
+def ready(args) -> int:
+    """A readiness level (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
+    t0 = time.perf_counter()
     cuda = args.cuda or _image_cuda()
+    bars = json.loads(args.bars) if args.bars else readiness.bars()
     facts = readiness.collect()
-    findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda,
-                               bars=json.loads(args.bars) if args.bars else readiness.bars())
-    report = readiness.report(facts, findings)
+    facts["level"] = args.level
+    findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda, bars=bars)
+    facts["r1_seconds"] = round(time.perf_counter() - t0, 2)
+    if args.level == "r2":
+        facts["speed"] = measure_r2(bars)
+        findings += readiness.judge_r2(facts["speed"], bars=bars)
+    facts["seconds"] = round(time.perf_counter() - t0, 2)
+    report = readiness.report(facts, findings, args.level)
     for f in findings:
-        print(f"gpuforge selftest r1: {f.check}: {'ok' if f.ok else 'FAILED (' + f.blame + ')'}: {f.figure}",
+        print(f"gpuforge selftest {args.level}: {f.check}: {'ok' if f.ok else 'FAILED (' + f.blame + ')'}: {f.figure}",
               file=sys.stderr)
-    print(f"gpuforge selftest r1: {report['verdict']}", file=sys.stderr)
+    print(f"gpuforge selftest {args.level}: {report['verdict']} ({facts['seconds']} s)", file=sys.stderr)
     if args.out:
         with open(args.out, "w") as f:
             f.write(json.dumps(report, indent=2, default=str) + "\n")
     print(json.dumps(report, default=str))
     return report["exit"]
+
+
+def measure_r2(bars: dict) -> dict:
+    """r2's figures: speed.measure() on every GPU CUDA sees, the fused kernel's ratio, NCCL's all-reduce over two or
+    more GPUs; {"error": ...} where torch or CUDA cannot even start."""
+    try:
+        import speed  # beside this program
+        import torch
+
+        n = torch.cuda.device_count()
+        if not n:
+            return {"error": "CUDA sees no GPU (torch.cuda.device_count() is 0)"}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[-1500:]}
+    out: dict = {"gpus": [speed.measure(i, int(bars["r2"]["trials"])) for i in range(n)]}
+    torch.cuda.set_device(0)
+    TH["fusion_min_ratio"] = bars["fusion_min_ratio"]
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpuforge-r2-inductor-"))
+    gen = _as_gen(check_fusion)
+    res, spent = None, 0.0
+    while res is None:  # nothing else runs here: its quiet part resumes at once
+        res, spent = _step(gen, spent)
+    out["fusion"] = res if "error" not in res else {"error": res["error"]}
+    if n > 1:
+        ar = check_multi_gpu()
+        ar.setdefault("names", [g["name"] for g in out["gpus"]])
+        out["allreduce"] = ar
+    return out
 
 
 def _image_cuda() -> str:
