@@ -78,8 +78,8 @@ class CveGateRed(FatalError):
 
 
 class NodeNotFit(FatalError):
-    """The GPU node failed readiness (`smoke --level r1`) for a reason of its own: driver, GPU health or the
-    container's limits. Says nothing about the image."""
+    """The GPU node failed readiness (`smoke --level r1|r2`, `validate --gpu`) for a reason of its own: driver, GPU
+    health, the container's limits or the GPU's speed. Says nothing about the image."""
 
     return_code = 10
     what = "the GPU node is not fit (readiness r1 blamed the host: driver, GPU health, limits)"

@@ -335,8 +335,65 @@ def step_perf(out: Path) -> dict:
                                 "--json", "/out/perf.json", "--md", "/out/perf.md"])
 
 
+def step_ready(out: Path) -> dict:
+    """Readiness r1 and r2 through `gpuforge smoke --level` (a container gpuforge starts, judged with the host's bars),
+    each with its wall time, its verdict and its findings."""
+    tj = _target_json(out)
+    res = {}
+    for level in ("r1", "r2"):
+        reports = out / f"reports-{level}"
+        r = _timed(out, f"ready-{level}", [*G, "smoke", "--image", IMAGE_NAME, *GPU, "--target-json", str(tj),
+                                           "--level", level, "--reports", str(reports)])
+        rep = next((reports / "smoke").glob("*.json"), None)
+        got = (json.loads(rep.read_text()).get("facts") or {}).get("readiness") if rep else None
+        if got:
+            r.update(verdict=got["verdict"], exit=got["exit"], program_s=got["facts"].get("seconds"),
+                     failed=[f["check"] for f in got["findings"] if not f["ok"]])
+        res[level] = r
+    return res
+
+
+def _bars_with(**floors) -> str:
+    """The host's readiness bars with the H200's r2 floors raised: a floor above what a healthy node measures."""
+    from gpuforge.image import readiness
+
+    bars = readiness.bars()
+    bars["r2"]["floors"]["H200"].update(floors)
+    return json.dumps(bars)
+
+
+# Each fault of #29, in a container of the image with the GPU (CDI): (name, extra docker run arguments, selftest
+# arguments, the blame it must get). The image's own `selftest --level` judges with its compat data, or the bars given.
+FAULTS = (
+    ("healthy-r1", [], ["--level", "r1"], None),
+    ("healthy-r2", [], ["--level", "r2"], None),
+    ("no-visible-gpu", ["-e", "CUDA_VISIBLE_DEVICES="], ["--level", "r1"], "host"),
+    ("shm-64m", ["--shm-size", "64m"], ["--level", "r1"], "host"),
+    ("memlock-64k", ["--ulimit", "memlock=65536:65536"], ["--level", "r1"], "host"),
+    ("require-cuda-above-driver", ["-e", "NVIDIA_REQUIRE_CUDA=cuda>=13.1"], ["--level", "r1"], "image"),
+    ("floor-above-measured", [], ["--level", "r2", "--bars", "BARS"], "host"),
+)
+
+
+def step_faults(out: Path) -> dict:
+    res = {}
+    for name, run_args, st_args, blame in FAULTS:
+        st = [_bars_with(hbm_copy=5.0, gemm_bf16=900.0) if a == "BARS" else a for a in st_args]
+        cmd = ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--shm-size", "2g",
+               "--ulimit", "memlock=-1:-1", *run_args, IMAGE_NAME, "selftest", *st]
+        r = _timed(out, f"fault-{name}", cmd, timeout=300)
+        log = (out / f"fault-{name}.log").read_text()
+        lines = [ln for ln in log.splitlines() if ln.startswith("gpuforge selftest r") and ": FAILED (" not in ln]
+        r["verdict"] = lines[-1] if lines else ""
+        r["expected_blame"] = blame
+        r["blamed_right"] = (r["rc"] == 0 if blame is None else
+                             r["rc"] == {"host": 10, "image": 5}[blame] and f"({blame})" in log)
+        res[name] = r
+    return res
+
+
 STEPS = {"smoke": step_smoke, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
-         "warm": step_warm, "first": step_first, "perf": step_perf}
+         "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults}
 
 
 def measure(names: list[str]) -> int:

@@ -45,6 +45,8 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-timeout", type=int, default=180, help="seconds any one command may run")
     g.addoption("--gpuforge-min-busbw", type=float, default=None,
                 help="minimum NCCL all-reduce bus bandwidth in GB/s (default: the GPU model's floor in the compat data)")
+    g.addoption("--gpuforge-level", choices=("r1", "r2"), default=None,
+                help="test_readiness.py's level: r1 the node's health and limits, r2 (default) those and each GPU's speed")
     g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
 
 

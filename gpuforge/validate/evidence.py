@@ -29,6 +29,7 @@ from gpuforge.validate.report_model import Check, Report
 ALLOWED_SKIPS: tuple[tuple[str, str, str, bool], ...] = (
     ("test_driver", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
     ("test_gpu_smoke", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
+    ("test_readiness", r".*", r"^GPU checks not requested", False),
     ("test_metrics", r"^test_gpu_metrics_", r"^GPU checks not requested", False),
     ("test_security", r"^test_build_ca_nowhere_in_filesystem$", r"^no --gpuforge-ca given", True),
     # one-GPU runners: no collective to check. Honest because test_sees_exactly_the_gpus_asked_for fails

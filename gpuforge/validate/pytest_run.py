@@ -135,6 +135,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     c = engine.client()
     _preflight(targets, records, pytest_args, gpu=gpu, gpu_request=gpu_request)
     failed: list[str] = []
+    unfit: list[str] = []  # failed, and readiness blames the node: exit 10 when every failure is one of these
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = _revision()
     for t in targets:
@@ -183,6 +184,12 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         report.summarize(md)
         if not _passed(t, rc, rep):
             failed.append(t.id)
+            ready = (rep.get("facts") or {}).get("readiness") or {}
+            if ready.get("exit") == NodeNotFit.return_code:  # the node is at fault, not this image
+                unfit.append(f"{t.id}: {ready['verdict']}")
+    if unfit and len(unfit) == len(failed):
+        msg = f"validation could not prove the images on this node: {'; '.join(unfit)} (reports under {reports})"
+        raise NodeNotFit(msg)
     if failed:
         msg = f"validation failed for {', '.join(failed)} (reports under {reports})"
         raise ValidationFailed(msg)
@@ -235,7 +242,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
           gpus: str | None = None, progress_mode: str = "auto", level: str | None = None) -> int:
     """Driver + GPU smoke validators against docker://, local:// or ssh:// (a GPU runner's host), or inside a
     container gpuforge starts from `image` with every GPU, asked for as `gpu_request` says (nvidia or cdi).
-    `level` r1: the node's readiness alone (validators/readiness_r1.py); a failure blamed on the host is
+    `level` r1 or r2: the node's readiness alone (validators/test_readiness.py); a failure blamed on the host is
     NodeNotFit (exit 10), not a failed validation."""
     if bool(host) == bool(image):
         msg = "smoke: give either HOST (docker://, local://, ssh://) or --image IMAGE"
@@ -262,11 +269,13 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         for e in expect:
             args += ["--gpuforge-expect", e]
         rpath = reports / "smoke" / f"{tid}{'-' + level if level else ''}.json"
+        if level:
+            args += ["--gpuforge-level", level]
         args += [*(["--gpuforge-image", image] if image else ["--hosts", host]), "--gpuforge-gpu",
                  "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml")]
         with files.Folder(reports.parent, reports.name, "smoke") as out:
             rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
-                         files=["readiness_r1.py"] if level == "r1" else ["test_driver.py", "test_gpu_smoke.py"],
+                         files=["test_readiness.py"] if level else ["test_driver.py", "test_gpu_smoke.py"],
                          containers=bool(image) or host.startswith("docker://"),
                          label=f"smoke {host or image}", progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
@@ -280,7 +289,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                     out.write_set(outputs)
                 print(md)
                 report.summarize(md)
-    ready = ((raw or {}).get("facts") or {}).get("readiness_r1") if level else None
+    ready = ((raw or {}).get("facts") or {}).get("readiness") if level else None
     if rc != 0 and ready and ready.get("exit") == NodeNotFit.return_code:
         msg = f"{host or image}: {ready['verdict']} (report: {rpath})"
         raise NodeNotFit(msg)

@@ -81,7 +81,14 @@ def summarize(md: str) -> None:
 # --- report.md -------------------------------------------------------------------------------------
 
 def verdict(rep: dict) -> str:
-    """The headline: GREEN, RED, PARTIAL, or GREEN yet not promotable to prod without a GPU check."""
+    """The headline: GREEN, RED, PARTIAL, or GREEN yet not promotable to prod without a GPU check; a readiness run
+    that failed says whom it blames (the node or the image) after it."""
+    ready = (rep.get("facts") or {}).get("readiness") or {}
+    line = _verdict(rep)
+    return f"{line}: {ready['verdict']}" if ready.get("exit") else line
+
+
+def _verdict(rep: dict) -> str:
     if not rep.get("evidence"):  # a host smoke run: no required set, so never evidence for promotion
         return "PASSED (host check, not evidence)" if _plain_pass(rep) else RED
     probs = evidence.problems(rep)

@@ -75,7 +75,7 @@ def test_smoke_level_r1_exits_10_naming_the_hosts_faults(default_build, docker_e
     [line] = [x for x in r.stderr.splitlines() if x.startswith("gpuforge: error:")]
     assert "NODE NOT FIT (host): " in line and REASONS["shm"] in line and REASONS["memlock"] in line, line
     rep = json.loads((tmp_path / "smoke" / f"{t.id}-r1.json").read_text())
-    r1 = rep["facts"]["readiness_r1"]
+    r1 = rep["facts"]["readiness"]
     assert r1["exit"] == 10 and {f["check"] for f in r1["findings"]} == set(readiness.CHECKS)
     failed = {c["id"].split("[")[-1].rstrip("]") for c in rep["checks"] if c["outcome"] == "failed"}
     assert {"shm", "memlock", "persistence"} <= failed and "require_cuda" not in failed

@@ -1,0 +1,60 @@
+"""Readiness of the GPU node, level r1 or r2 (`--gpuforge-level`, default r2; needs --gpuforge-gpu): the smoke
+program's `--level` facts and figures, judged here with the host toolkit's bars (gpuforge/image/data/compat.yaml's
+`readiness`), one check per rule. Each failure says whom it blames (host or image): `gpuforge smoke --level` exits 10
+when the host is at fault, 5 when the image is.
+
+r1 (about a second): NVML health, driver, limits. r2 (about 20 s): r1, then each GPU's speed against its model's
+floors, the fused kernel's ratio, NCCL's all-reduce over two or more GPUs. `validate --gpu` runs r2: its checks are
+part of the GPU evidence a promotion needs.
+
+XID errors live in the kernel log. A container cannot read it, so where this process runs on the GPU node itself
+(gpuforge started the container, or docker://, local://) the node's own log is read here; over ssh:// the
+program's reading counts. A log that cannot be read fails the check, saying so (DCGM counts a test that could not
+run as a failure).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuforge.image import readiness
+from vutil import sh
+
+
+def _level(config) -> str:
+    return config.getoption("gpuforge_level") or "r2"
+
+
+def pytest_generate_tests(metafunc):
+    if "check" in metafunc.fixturenames:  # the level's checks, so `smoke --level r1` reports r1's alone
+        metafunc.parametrize("check", readiness.LEVELS[_level(metafunc.config)])
+
+
+@pytest.fixture(scope="module")
+def ready(request, host, host_spec, programs, gpu, facts, target) -> dict[str, readiness.Finding]:
+    if not gpu:
+        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
+    level = _level(request.config)
+    asked = request.config.getoption("gpuforge_gpus")
+    count = int(asked) if asked and asked.isdigit() else None
+    bars = readiness.bars()
+    r = sh(host, f"python3 %s --level {level} --cuda %s --bars %s" + (f" --gpus {count}" if count is not None else ""),
+           f"{programs}/gpu_smoke.py", target.cuda, json.dumps(bars), timeout=600, check=False)
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[-1])["facts"]
+    except (IndexError, KeyError, json.JSONDecodeError):
+        pytest.fail(f"the smoke program printed no {level} report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
+    if not (host_spec or "").startswith("ssh://"):  # this process runs on the node: its kernel log is the node's
+        got["xid"] = readiness.xid()
+    found = readiness.judge(got, request=count, image_cuda=target.cuda, bars=bars)
+    if level == "r2":
+        found += readiness.judge_r2(got.get("speed") or {"error": "the program measured nothing"}, bars=bars)
+    facts["readiness"] = readiness.report(got, found, level)
+    return {f.check: f for f in found}
+
+
+def test_node_ready(ready, check):
+    f = ready[check]
+    assert f.ok, f"{check} FAILED, blamed on the {f.blame}: {f.reason} (measured: {f.figure})"
