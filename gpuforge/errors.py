@@ -82,7 +82,7 @@ class NodeNotFit(FatalError):
     health, the container's limits or the GPU's speed. Says nothing about the image."""
 
     return_code = 10
-    what = "the GPU node is not fit (readiness r1 blamed the host: driver, GPU health, limits)"
+    what = "the GPU node is not fit (readiness blamed the host: driver, GPU health, limits, speed)"
 
 
 def exit_codes() -> list[tuple[int, str]]:
