@@ -8,7 +8,7 @@ checked parts, one part per command, back to back (../shared/recipes/real-image-
   there:  python3 tools/gpu_carry.py setup                # carried Docker 26.1.5 with CDI      (carry .device .whl)
           python3 tools/gpu_carry.py part NN              # one per part, back to back     (carry .carry/pNN .carry/meta)
           python3 tools/gpu_carry.py import               # join, check, `docker import` with IMAGE's config (carry .carry/meta .carry/zstd)
-          python3 tools/gpu_carry.py measure [STEP ...]   # smoke, selftest, expect, metrics, warm, perf   (carry .whl)
+          python3 tools/gpu_carry.py measure [STEP ...]   # smoke selftest expect metrics warm first perf ready faults startup (.whl)
 
 Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each
 step prints its wall seconds; `measure` writes its raw files under $OUT (at most 8 come back: one tar) and a
@@ -19,6 +19,7 @@ Bad input: one line, exit 64; a step that fails: exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -355,6 +356,7 @@ def step_ready(out: Path) -> dict:
 
 def _bars_with(**floors) -> str:
     """The host's readiness bars with the H200's r2 floors raised: a floor above what a healthy node measures."""
+    sys.path.insert(0, str(ROOT))
     from gpuforge.image import readiness
 
     bars = readiness.bars()
@@ -379,8 +381,11 @@ def step_faults(out: Path) -> dict:
     res = {}
     for name, run_args, st_args, blame in FAULTS:
         st = [_bars_with(hbm_copy=5.0, gemm_bf16=900.0) if a == "BARS" else a for a in st_args]
-        cmd = ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--shm-size", "2g",
-               "--ulimit", "memlock=-1:-1", *run_args, IMAGE_NAME, "selftest", *st]
+        # the node's kernel log for the XID check: a container has none of its own, and reading it takes root's
+        # CAP_SYSLOG (kernel.dmesg_restrict=1)
+        cmd = ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--device", "/dev/kmsg",
+               "--user", "0", "--cap-add", "SYSLOG", "--shm-size", "2g", "--ulimit", "memlock=-1:-1", *run_args,
+               IMAGE_NAME, "selftest", *st]
         r = _timed(out, f"fault-{name}", cmd, timeout=300)
         log = (out / f"fault-{name}.log").read_text()
         lines = [ln for ln in log.splitlines() if ln.startswith("gpuforge selftest r") and ": FAILED (" not in ln]
@@ -392,8 +397,51 @@ def step_faults(out: Path) -> dict:
     return res
 
 
+STARTUP_PROBE = r'''
+import json, time
+def mark(n): print(json.dumps({"mark": n, "t": time.time()}), flush=True)
+mark("process")
+import torch
+mark("import_torch")
+x = torch.ones(1, device="cuda"); torch.cuda.synchronize()
+mark("first_cuda_op")
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)).cuda()
+xi = torch.randn(8, 256, device="cuda")
+with torch.no_grad():
+    y = torch.compile(m)(xi); torch.cuda.synchronize()
+    assert torch.allclose(y, m(xi), atol=1e-3)
+mark("compiled_inference")
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3", startup_timeout=300)
+mark("jupyter_kernel")
+kc.stop_channels(); km.shutdown_kernel(now=True)
+'''
+
+
+def step_startup(out: Path) -> dict:
+    """Readiness after the pull (#29's cold start on the GPU; the image is local here): `docker run` -> process, first
+    `import torch`, first CUDA op, first compiled inference, a Jupyter kernel answering; 3 runs, seconds from the
+    command (tools/bench_ready.py measures the pull and the same marks on the CPU machine)."""
+    runs = []
+    for _ in range(3):
+        t0 = time.time()
+        r = subprocess.run(["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--shm-size",
+                            "2g", IMAGE_NAME, "python3", "-c", STARTUP_PROBE], capture_output=True, text=True,
+                           env=engine_env(), check=False)
+        marks = {}
+        for line in r.stdout.splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                m = json.loads(line)
+                marks[m["mark"]] = round(m["t"] - t0, 2)
+        runs.append({"rc": r.returncode, "marks": marks, **({"stderr": r.stderr[-1500:]} if r.returncode else {})})
+        say(f"startup: rc={r.returncode} {marks}")
+    (out / "startup.json").write_text(json.dumps(runs, indent=1) + "\n")
+    return {"runs": runs}
+
+
 STEPS = {"smoke": step_smoke, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
-         "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults}
+         "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults,
+         "startup": step_startup}
 
 
 def measure(names: list[str]) -> int:

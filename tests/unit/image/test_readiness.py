@@ -1,34 +1,22 @@
 """Readiness level r1 (gpuforge/image/readiness.py): every rule, both ways, on NVML facts.
 
-FIXTURE: HEALTHY is one H200 as NVML reports it, with the driver, name and UUID recorded on the lent H200
-(docs/measurements/h200-host.txt, gpu-21b/metrics-cdi-final.txt). Its health fields (persistence, ECC, remapped rows,
-clock events, power limits, MIG) are a healthy node's values, NOT a recording: no GPU machine was lent in the session
-that wrote r1. A real r1 collection on the H200 replaces them (docs/measurements, #29).
+HEALTHY is what r1 collected on the lent H200, in a container of the shipped image that `gpuforge smoke --level r2`
+started (tests/unit/image/data/h200-ready.json; docs/measurements/gpu-29.md says where and when). Each broken case
+changes one fact the way a sick node or a broken image shows it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 
 from gpuforge.image import readiness
 
-HEALTHY = {
-    "level": "r1",
-    "visible": {"CUDA_VISIBLE_DEVICES": None, "NVIDIA_VISIBLE_DEVICES": "all"},
-    "require_cuda": "cuda>=12.6",
-    "nvml": {"driver": "580.159.04", "gpus": [{
-        "index": 0, "name": "NVIDIA H200", "uuid": "GPU-97cfd439-cb9f-ab64-d943-70ec05613951",
-        "persistence": 1, "ecc_mode": [1, 1], "ecc_uncorrected": {"volatile": 0, "aggregate": 0},
-        "row_remap": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
-        "retired_pending": {"error": "NVMLError_NotSupported: Not Supported"},
-        "clock_events": 0x1, "power_w": {"limit": 700.0, "default": 700.0}, "mig_mode": [0, 0]}]},
-    "cuda": {"count": 1},
-    "xid": {"source": "/dev/kmsg", "events": []},
-    "memlock": -1,
-    "shm": 2 << 30,
-}
+HEALTHY = {k: v for k, v in json.loads((Path(__file__).parent / "data" / "h200-ready.json").read_text()).items()
+           if k not in ("speed", "seconds", "r1_seconds")}
 BARS = readiness.bars()
 
 
