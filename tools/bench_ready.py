@@ -7,9 +7,11 @@ with no layers, with the registry behind a shaped link. Three ways to ship one i
 
     nox -s bench -- --ready [--rounds N] [--rates 1gbit,200mbit]   (or: python tools/bench_ready.py ...)
 
-Every run starts a new private containerd (and SOCI snapshotter) on empty roots: nothing cached. The registry
-(docker-registry) lives in a network namespace of the benchmark's own; its link is shaped with tc's token bucket
-(tbf: this kernel has no netem). A run times, from the pull's start: the pull (for soci, the lazy one), then inside
+Every run starts a new private containerd (and SOCI snapshotter) on empty roots: nothing cached, the SOCI index too
+(the snapshotter finds it in the registry through the referrers tag `soci push` leaves). The registry
+(docker-registry, TLS with a certificate of the run's own: soci 0.4.1 fetches indexes over https only, and over
+plain http falls back to a whole pull) lives in a network namespace of the benchmark's own; its link is shaped with
+tc's token bucket (tbf: this kernel has no netem). A run times, from the pull's start: the pull (for soci, the lazy one), then inside
 one container of the image (`ctr run`: containerd's own client, the same for the three ways) the first
 `import torch`, the first compiled inference (torch.compile of an MLP, on the CPU here), and a Jupyter kernel
 answering (jupyter_client's start_new_kernel). The bytes the registry sent before each mark are read from the link's
@@ -41,6 +43,9 @@ RUN = Path("/run/gfready")
 NS, HOST_IF, NS_IF = "gfready", "gfready0", "gfready1"
 HOST_IP, REG_IP, PORT = "10.78.0.1", "10.78.0.2", 5000
 REPO = f"{REG_IP}:{PORT}/bench/pytorch"
+CERT = LAB / "reg.crt"
+SOCI_ROOT = Path("/var/lib/soci-snapshotter-grpc")  # the soci CLI's own path for its index store (not settable)
+TLS_ENV = {**os.environ, "SSL_CERT_FILE": str(CERT)}
 CTD_NS = "gfready"
 WAYS = ("gzip", "zstd", "soci")
 MARKS = ("pulled", "import_torch", "compiled_inference", "jupyter_kernel")
@@ -105,12 +110,16 @@ class Lab:
         sh("ip", "-n", NS, "addr", "add", f"{REG_IP}/24", "dev", NS_IF)
         sh("ip", "-n", NS, "link", "set", NS_IF, "up")
         sh("ip", "-n", NS, "link", "set", "lo", "up")
+        # TLS: soci 0.4.1 fetches its index and zTOCs over https only (plain http falls back to a whole pull)
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gfready-registry",
+           "-addext", f"subjectAltName=IP:{REG_IP}", "-keyout", str(LAB / "reg.key"), "-out", str(CERT))
         cfg = LAB / "registry.yml"
         cfg.write_text(f"version: 0.1\nlog: {{level: error, accesslog: {{disabled: true}}}}\n"
                        f"storage: {{filesystem: {{rootdirectory: {LAB / 'registry'}}}, delete: {{enabled: true}}}}\n"
-                       f"http: {{addr: '{REG_IP}:{PORT}'}}\n")
+                       f"http: {{addr: '{REG_IP}:{PORT}', tls: {{certificate: {CERT}, key: {LAB / 'reg.key'}}}}}\n")
         self._start("registry", ["ip", "netns", "exec", NS, "docker-registry", "serve", str(cfg)])
-        self._wait(lambda: sh("curl", "-sf", f"http://{REG_IP}:{PORT}/v2/", check=False).returncode == 0, "registry")
+        self._wait(lambda: sh("curl", "-sf", "--cacert", str(CERT), f"https://{REG_IP}:{PORT}/v2/",
+                              check=False).returncode == 0, "registry")
 
     def shape(self, rate: str | None) -> None:
         """The registry's sending side at `rate` (tbf), or unshaped (None: pushes and set-up)."""
@@ -124,10 +133,9 @@ class Lab:
         """A new containerd and SOCI snapshotter on empty roots."""
         self.stop_engine()
         (RUN).mkdir(parents=True, exist_ok=True)
-        (LAB / "soci.toml").write_text(SOCI_CONFIG)
         (LAB / "containerd.toml").write_text(CONTAINERD_CONFIG)
-        self._start("soci", ["soci-snapshotter-grpc", "-root", str(LAB / "soci"), "-address", str(RUN / "soci.sock"),
-                             "-config", str(LAB / "soci.toml"), "-log-level", "info"], log=LAB / "soci.log")
+        self._start("soci", ["soci-snapshotter-grpc", "-root", str(SOCI_ROOT), "-address", str(RUN / "soci.sock"),
+                             "-log-level", "info"], log=LAB / "soci.log", env=TLS_ENV)
         self._wait(lambda: (RUN / "soci.sock").exists(), "soci-snapshotter-grpc")
         self._start("containerd", ["containerd", "--config", str(LAB / "containerd.toml")], log=LAB / "containerd.log")
         self._wait(lambda: sh("ctr", "-a", str(RUN / "containerd.sock"), "version", check=False).returncode == 0,
@@ -144,10 +152,10 @@ class Lab:
                     p.kill()
         for line in reversed(Path("/proc/mounts").read_text().splitlines()):  # innermost first
             point = line.split()[1]
-            if point.startswith((str(LAB / "ctd"), str(LAB / "soci"), str(RUN))) and point != str(RUN):
+            if point.startswith((str(LAB / "ctd"), str(SOCI_ROOT), str(RUN))) and point != str(RUN):
                 sh("umount", "-l", point, check=False)
-        for d in ("ctd", "soci", "ctd-state"):
-            shutil.rmtree(LAB / d, ignore_errors=True)
+        shutil.rmtree(LAB / "ctd", ignore_errors=True)
+        shutil.rmtree(SOCI_ROOT, ignore_errors=True)  # its index store too: each run fetches the index itself
         for s in ("containerd.sock", "containerd.sock.ttrpc", "soci.sock"):
             (RUN / s).unlink(missing_ok=True)
 
@@ -161,9 +169,9 @@ class Lab:
         sh("ip", "netns", "del", NS, check=False)
         sh("ip", "link", "del", HOST_IF, check=False)
 
-    def _start(self, name: str, argv: list[str], log: Path | None = None) -> None:
+    def _start(self, name: str, argv: list[str], log: Path | None = None, env: dict | None = None) -> None:
         out = open(log or LAB / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def _wait(self, ready, what: str, timeout: float = 60) -> None:
         t_end = time.monotonic() + timeout
@@ -178,7 +186,7 @@ class Lab:
         return sh("ctr", "-a", str(RUN / "containerd.sock"), "-n", CTD_NS, *args, check=check)
 
     def soci(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return sh("soci", "-a", str(RUN / "containerd.sock"), "-n", CTD_NS, *args, check=check)
+        return sh("soci", "-a", str(RUN / "containerd.sock"), "-n", CTD_NS, *args, check=check, env=TLS_ENV)
 
 
 CONTAINERD_CONFIG = f"""version = 2
@@ -193,11 +201,6 @@ state = "{RUN}/ctd-state"
 [plugins."io.containerd.grpc.v1.cri"]
   disable = true
 """
-SOCI_CONFIG = f"""[resolver.host."{REG_IP}:{PORT}".mirrors]
-  [[resolver.host."{REG_IP}:{PORT}".mirrors]]
-    host = "{REG_IP}:{PORT}"
-    insecure = true
-"""
 
 
 # --- the image in three ways ---------------------------------------------------------------------------------------
@@ -205,20 +208,33 @@ SOCI_CONFIG = f"""[resolver.host."{REG_IP}:{PORT}".mirrors]
 def publish(lab: Lab, image: str) -> dict:
     """The image in the registry as gzip and zstd (skopeo, from the engine), and a SOCI index of the gzip one."""
     refs = {"gzip": f"{REPO}:gzip", "zstd": f"{REPO}:zstd"}
-    for way, ref in refs.items():
-        t0 = time.monotonic()
-        sh("skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-compress-format", way,
-           *(["--dest-compress-level", "3"] if way == "zstd" else []), f"docker-daemon:{image}", f"docker://{ref}")
-        say(f"pushed {way}: {time.monotonic() - t0:.0f} s")
+    tls = ["--dest-cert-dir", str(LAB / "certs.d")]
+    (LAB / "certs.d").mkdir(exist_ok=True)
+    shutil.copy2(CERT, LAB / "certs.d" / "ca.crt")
+    t0 = time.monotonic()
+    sh("skopeo", "copy", "--quiet", *tls, f"docker-daemon:{image}", f"docker://{refs['gzip']}")
+    say(f"pushed gzip: {time.monotonic() - t0:.0f} s")
+    # skopeo 1.9 keeps gzip layers when a docker-daemon source goes straight to zstd: through an OCI layout it recompresses
+    t0 = time.monotonic()
+    layout = LAB / "oci-zstd"
+    sh("skopeo", "copy", "--quiet", "-f", "oci", "--dest-compress-format", "zstd", f"docker-daemon:{image}",
+       f"oci:{layout}:zstd")
+    sh("skopeo", "copy", "--quiet", "--preserve-digests", *tls, f"oci:{layout}:zstd", f"docker://{refs['zstd']}")
+    shutil.rmtree(layout, ignore_errors=True)
+    say(f"pushed zstd: {time.monotonic() - t0:.0f} s")
     lab.engine()
     t0 = time.monotonic()
-    lab.ctr("images", "pull", "--plain-http", refs["gzip"])
+    lab.ctr("images", "pull", "--tlscacert", str(CERT), refs["gzip"])
     lab.soci("create", refs["gzip"])
-    out = lab.soci("push", "--plain-http", refs["gzip"]).stdout
     index = soci_index_digest(lab, refs["gzip"])
-    say(f"SOCI index {index[:19]} made and pushed: {time.monotonic() - t0:.0f} s ({out.strip()[-200:]})")
+    lab.soci("push", "--tlscacert", str(CERT), refs["gzip"])
+    say(f"SOCI index {index[:19]} made and pushed: {time.monotonic() - t0:.0f} s")
     lab.stop_engine()
-    return {"refs": refs, "soci_index": index, "sizes": {w: compressed_size(r) for w, r in refs.items()}}
+    sizes = {w: compressed_size(r) for w, r in refs.items()}
+    if sizes["zstd"] >= sizes["gzip"]:
+        msg = f"the zstd image is not smaller ({sizes}): its layers were not recompressed"
+        raise Fail(msg)
+    return {"refs": refs, "soci_index": index, "sizes": sizes}
 
 
 def soci_index_digest(lab: Lab, ref: str) -> str:
@@ -231,7 +247,7 @@ def soci_index_digest(lab: Lab, ref: str) -> str:
 
 
 def compressed_size(ref: str) -> int:
-    doc = json.loads(sh("skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{ref}").stdout)
+    doc = json.loads(sh("skopeo", "inspect", "--cert-dir", str(LAB / "certs.d"), "--raw", f"docker://{ref}").stdout)
     return sum(layer["size"] for layer in doc["layers"])
 
 
@@ -245,10 +261,10 @@ def one_run(lab: Lab, way: str, pub: dict, rate: str) -> dict:
     b0, t0 = rx_bytes(), time.time()
     marks: dict[str, dict] = {}
     try:
-        if way == "soci":
-            lab.soci("image", "rpull", "--plain-http", "--soci-index-digest", pub["soci_index"], ref)
+        if way == "soci":  # no digest given: it finds the index in the registry, as a user's pull does
+            lab.soci("image", "rpull", "--tlscacert", str(CERT), ref)
         else:
-            lab.ctr("images", "pull", "--plain-http", ref)
+            lab.ctr("images", "pull", "--tlscacert", str(CERT), ref)
         marks["pulled"] = {"s": time.time() - t0, "bytes": rx_bytes() - b0}
         fuse: list[int] = []
         p = subprocess.Popen(["ctr", "-a", str(RUN / "containerd.sock"), "-n", CTD_NS, "run", "--rm", "--snapshotter",
@@ -263,27 +279,36 @@ def one_run(lab: Lab, way: str, pub: dict, rate: str) -> dict:
         err = p.stderr.read()
         rc = p.wait(600)
         watch.join(5)
+        remote = _remote_snapshots(lab) if way == "soci" else 0
     finally:
         lab.shape(None)
     missing = [m for m in MARKS if m not in marks]
     res = {"way": way, "rate": rate, "marks": marks, "rc": rc, "fuse_mounts_max": max(fuse or [0]),
+           "remote_snapshots": remote,
            "image_bytes": pub["sizes"]["zstd" if way == "zstd" else "gzip"]}
     if rc != 0 or missing:
         res["error"] = f"exit {rc}, marks missing {missing}: {err[-1500:]}"
     elif way == "soci":  # no silent fallback: lazily served, and less than the image read before ready
         ready = marks["jupyter_kernel"]["bytes"]
-        if res["fuse_mounts_max"] == 0 or ready >= 0.95 * res["image_bytes"]:
-            res["error"] = (f"fell back: {res['fuse_mounts_max']} FUSE mounts, {ready / res['image_bytes']:.0%} of the "
-                            "image read before ready")
+        if not remote or res["fuse_mounts_max"] == 0 or ready >= 0.95 * res["image_bytes"]:
+            res["error"] = (f"fell back: {remote} remote snapshots, {res['fuse_mounts_max']} FUSE mounts, "
+                            f"{ready / res['image_bytes']:.0%} of the image read before ready")
     lab.stop_engine()
     return res
+
+
+def _remote_snapshots(lab: Lab) -> int:
+    """Snapshots the SOCI snapshotter prepared as remote (lazily served) ones, by their containerd label."""
+    names = [ln.split()[0] for ln in lab.ctr("snapshots", "--snapshotter", "soci", "ls").stdout.splitlines()[1:] if ln]
+    return sum('"containerd.io/snapshot/remote"' in lab.ctr("snapshots", "--snapshotter", "soci", "info", n,
+                                                             check=False).stdout for n in names)
 
 
 def _count_fuse(p: subprocess.Popen, out: list[int]) -> None:
     """How many of the SOCI snapshotter's FUSE mounts exist, sampled while the container runs."""
     while p.poll() is None:
         mounts = Path("/proc/mounts").read_text().splitlines()
-        out.append(sum(1 for ln in mounts if " fuse" in ln and str(LAB / "soci") in ln))
+        out.append(sum(1 for ln in mounts if " fuse" in ln and str(SOCI_ROOT) in ln))
         time.sleep(0.5)
 
 
@@ -347,7 +372,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.rounds < 1:
         sys.exit("bench_ready: --rounds must be at least 1")
-    for tool in ("containerd", "ctr", "soci", "soci-snapshotter-grpc", "docker-registry", "skopeo", "tc"):
+    for tool in ("containerd", "ctr", "soci", "soci-snapshotter-grpc", "docker-registry", "skopeo", "tc", "openssl"):
         if not shutil.which(tool):
             sys.exit(f"bench_ready: {tool} is not installed (apt-get install containerd soci-snapshotter "
                      "docker-registry skopeo iproute2)")
