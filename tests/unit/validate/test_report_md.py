@@ -97,3 +97,20 @@ def test_host_smoke_is_never_evidence(verdict):
     f = parse(report.markdown(report.finish(raw)))
     assert f["verdict"] == verdict
     assert "the image as evidence: a host check has no required set and never promotes" in f["What was not checked"]
+
+
+@pytest.mark.parametrize(("exit_code", "blame"), [(10, "NODE NOT FIT (host): shm: /dev/shm is 64 MiB"),
+                                                  (5, "IMAGE AT FAULT: require_cuda: asks for cuda>=13.1")])
+def test_the_verdict_line_names_whom_readiness_blames(exit_code, blame):
+    raw = json.loads(H200.read_text())
+    raw["exit_status"] = 1
+    raw["facts"]["readiness"] = {"level": "r1", "verdict": blame, "exit": exit_code, "findings": [], "facts": {}}
+    f = parse(report.markdown(report.finish(raw)))
+    assert f["verdict"] == f"RED: {blame}"
+
+
+def test_a_ready_node_adds_nothing_to_the_verdict():
+    raw = json.loads(H200.read_text())
+    raw["facts"]["readiness"] = {"level": "r2", "verdict": "READY r2: 21 checks passed", "exit": 0, "findings": [],
+                                 "facts": {}}
+    assert parse(report.markdown(report.finish(raw)))["verdict"] == "PASSED (host check, not evidence)"
