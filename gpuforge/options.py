@@ -355,7 +355,7 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="level", flag="--level", commands=("smoke",), choices=("r1", "r2"), what="a readiness level",
             help="only the node's readiness, each failure blamed on the host (exit 10) or the image (exit 5): r1 NVML "
                  "health, driver, XID, limits (about a second); r2 r1 and each GPU's speed against its model's floors "
-                 "(about 20 s; what validate --gpu runs); default: the driver and GPU smoke checks"),
+                 "(about 10 s per GPU; what validate --gpu runs); default: the driver and GPU smoke checks"),
     Setting(name="expect", flag="--expect", commands=("smoke",), action="append", default=(), check=_text,
             help="KEY=VALUE expected version (overrides the target)"),
     Setting(name="target_json", flag="--target-json", commands=("smoke",), check=_text,

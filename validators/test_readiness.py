@@ -3,7 +3,7 @@ program's `--level` facts and figures, judged here with the host toolkit's bars 
 `readiness`), one check per rule. Each failure says whom it blames (host or image): `gpuforge smoke --level` exits 10
 when the host is at fault, 5 when the image is.
 
-r1 (about a second): NVML health, driver, limits. r2 (about 20 s): r1, then each GPU's speed against its model's
+r1 (about a second): NVML health, driver, limits. r2 (about 10 s a GPU): r1, then each GPU's speed against its model's
 floors, the fused kernel's ratio, NCCL's all-reduce over two or more GPUs. `validate --gpu` runs r2: its checks are
 part of the GPU evidence a promotion needs.
 
@@ -40,8 +40,13 @@ def ready(request, host, host_spec, programs, gpu, facts, target) -> dict[str, r
     asked = request.config.getoption("gpuforge_gpus")
     count = int(asked) if asked and asked.isdigit() else None
     bars = readiness.bars()
+    busbw = request.config.getoption("gpuforge_min_busbw")
+    if busbw is not None:  # the runner's own all-reduce floor, for every model (the key "" matches any name)
+        bars["busbw_floor_gbs"] = {"": busbw}
+    # r2's multi-GPU part may take up to its own 900 s (multi_gpu.py); r1 is a second
     r = sh(host, f"python3 %s --level {level} --cuda %s --bars %s" + (f" --gpus {count}" if count is not None else ""),
-           f"{programs}/gpu_smoke.py", target.cuda, json.dumps(bars), timeout=600, check=False)
+           f"{programs}/gpu_smoke.py", target.cuda, json.dumps(bars), timeout=1200 if level == "r2" else 120,
+           check=False)
     try:
         got = json.loads(r.stdout.strip().splitlines()[-1])["facts"]
     except (IndexError, KeyError, json.JSONDecodeError):

@@ -1,5 +1,5 @@
 """Readiness levels of a GPU node (#29). r1: is this node fit to run the image, in about a second, before any kernel?
-r2 (r1 and then about 20 s of measurements): is each GPU as fast as its model should be?
+r2 (r1, then about 10 s of measurements per GPU): is each GPU as fast as its model should be?
 
 `collect()` reads the facts where the workload runs (inside the container, or on the host): the GPUs CUDA sees
 against the GPUs NVML sees, the driver, each GPU's health from NVML (persistence, ECC mode and uncorrected errors,
@@ -31,7 +31,10 @@ SPEED = ("hbm_copy", "gemm_bf16", "gemm_tf32", "h2d", "d2h")  # speed.py's figur
 R2_CHECKS = (*SPEED, "fusion", "allreduce")
 LEVELS = {"r1": CHECKS, "r2": CHECKS + R2_CHECKS}
 # An error of the image's making: its libraries or code do not load, or its compiler stack fails. Anything else (out
-# of memory, a CUDA error, an ECC fault) is the node's.
+# of memory, a CUDA error, an ECC fault) is the node's, and the node's signs win: Inductor wraps whatever a compile
+# meets ("BackendCompilerFailed: backend='inductor' raised: ... uncorrectable ECC error").
+_HOST_ERROR = re.compile(r"out of memory|ECC|Xid|illegal (memory )?address|unspecified launch failure|"
+                         r"TimeoutExpired|timed out|busy or unavailable|GPU is lost|fell off the bus", re.IGNORECASE)
 _IMAGE_ERROR = re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|cannot open shared object|CUDA_HOME|ptxas|"
                           r"nvcc|[Tt]riton|[Ii]nductor|[Dd]ynamo|no kernel image is available")
 
@@ -316,7 +319,7 @@ def _limits(add, facts: dict, bars: dict) -> None:
 
 
 def _blame(error: str) -> str:
-    return IMAGE if _IMAGE_ERROR.search(error) else HOST
+    return IMAGE if _IMAGE_ERROR.search(error) and not _HOST_ERROR.search(error) else HOST
 
 
 def judge_r2(speed: dict, *, bars: dict) -> list[Finding]:
@@ -333,19 +336,29 @@ def judge_r2(speed: dict, *, bars: dict) -> list[Finding]:
         return out
     r2 = bars["r2"]
     for check in SPEED:
-        add(check, *_speed(check, speed.get("gpus") or [], r2))
-    _fusion(add, speed.get("fusion") or {"error": "not measured"}, bars["fusion_min_ratio"])
-    _allreduce(add, speed.get("allreduce"), len(speed.get("gpus") or []), bars["busbw_floor_gbs"])
+        _guarded(check, _speed, add, check, speed.get("gpus") or [], r2)
+    _guarded("fusion", _fusion, add, speed.get("fusion") or {"error": "not measured"}, bars["fusion_min_ratio"])
+    _guarded("allreduce", _allreduce, add, speed.get("allreduce"), len(speed.get("gpus") or []), bars["busbw_floor_gbs"])
     return out
 
 
-def _speed(check: str, gpus: list[dict], r2: dict) -> tuple[bool, str, str, str]:
-    """(ok, figure, reason, blame) of one speed figure over every GPU against its model's floor."""
+def _guarded(check: str, judge, add, *args) -> None:
+    """judge(add, ...) of one r2 check, or a failure naming the figures the image's program left out or mangled."""
+    try:
+        judge(add, *args)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        add(check, False, "malformed", f"the program's {check} figures are malformed ({type(e).__name__}: {e})",
+            blame=IMAGE)
+
+
+def _speed(add, check: str, gpus: list[dict], r2: dict) -> None:
+    """One speed figure over every GPU against its model's floor."""
     from gpuforge.image.compat import model_key  # PyYAML: present on the host and in every image
 
     figs, reasons, blames = [], [], set()
     if not gpus:
-        return False, "no GPU measured", "no GPU was measured", HOST
+        add(check, False, "no GPU measured", "no GPU was measured")
+        return
     for g in gpus:
         v, who = g.get(check) or {"error": "not measured"}, f"GPU {g['index']}"
         if _err(v):
@@ -354,23 +367,27 @@ def _speed(check: str, gpus: list[dict], r2: dict) -> tuple[bool, str, str, str]
             blames.add(_blame(_err(v)))
             continue
         model = model_key(g["name"], r2["floors"])
-        floor = r2["floors"][model].get(check) if model else None
+        row = r2["floors"][model] if model else {}
+        floor = row.get(check)
         fig = f"{who}: {v['best']:g} {v['unit']} best of {len(v['trials'])} (CV {v['cv']:.1%})"
-        figs.append(fig + (f", floor {floor:g}" if floor is not None else ""))
+        figs.append(fig + (f", floor {floor:g}" if floor is not None else ", not judged" if check in row else ""))
         n = len(reasons)
-        if floor is None:
+        unconfirmed = " (a floor from the datasheet, not yet measured on this model)" if row.get("unconfirmed") else ""
+        if check in row and floor is None:  # the model has no such unit: measured and shown, not judged
+            pass
+        elif floor is None:
             reasons.append(f"{who}: no r2 floor for {check} of a {g['name']!r} in the compat data (readiness.r2.floors): "
                            "this GPU model cannot be shown fit")
         elif v["best"] < floor:
-            reasons.append(f"{who}: {v['best']:g} {v['unit']} is under the {model}'s floor of {floor:g} {v['unit']} "
-                           f"(clocks or power held down, a degraded GPU, or another job on it)")
+            reasons.append(f"{who}: {v['best']:g} {v['unit']} is under the {model}'s floor of {floor:g} {v['unit']}"
+                           f"{unconfirmed} (clocks or power held down, a degraded GPU, or another job on it)")
         elif v["cv"] > r2["cv_max"]:
             reasons.append(f"{who}: its trials vary by {v['cv']:.1%} (CV), over {r2['cv_max']:.0%}: "
                            "something else runs on this GPU, or its clocks wander")
         if len(reasons) > n:
             blames.add(HOST)  # a figure measured and found short, or a model without floors: the node's
     # the image only when every GPU's failure is an error of the image's making
-    return not reasons, "; ".join(figs), "; ".join(reasons), IMAGE if blames == {IMAGE} else HOST
+    add(check, not reasons, "; ".join(figs), "; ".join(reasons), blame=IMAGE if blames == {IMAGE} else HOST)
 
 
 def _fusion(add, f: dict, least: float) -> None:
@@ -403,11 +420,13 @@ def _allreduce(add, ar: dict | None, n_gpus: int, floors: dict) -> None:
     big = max(ar["allreduce"], key=lambda r: r["bytes"])
     name = (ar.get("names") or [""])[0]
     model = model_key(name, floors)
+    cv = f"CV {big['busbw_cv']:.1%}" if big.get("busbw_cv") is not None else "CV unknown"
     fig = f"{big['busbw_gbs']:g} GB/s bus bandwidth at {big['bytes'] >> 20} MiB over {ar.get('world_size')} GPUs " \
-          f"(CV {big['busbw_cv']:.1%})" + (f", floor {floors[model]:g}" if model else "")
+          f"({cv})" + (f", floor {floors[model]:g}" if model is not None else "")
+    whose = f"the {model}'s" if model else "the given"  # "": the runner's own floor (--gpuforge-min-busbw)
     why = ("an all-reduce gave a wrong sum" if not all(r["exact"] for r in ar["allreduce"]) else
-           f"no bus-bandwidth floor for a {name!r} in the compat data" if not model else
-           f"{big['busbw_gbs']:g} GB/s is under the {model}'s floor of {floors[model]:g} GB/s (NVLink down, or traffic "
+           f"no bus-bandwidth floor for a {name!r} in the compat data" if model is None else
+           f"{big['busbw_gbs']:g} GB/s is under {whose} floor of {floors[model]:g} GB/s (NVLink down, or traffic "
            "through host memory)" if big["busbw_gbs"] < floors[model] else "")
     add("allreduce", not why, fig, why)
 

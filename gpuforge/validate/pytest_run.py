@@ -135,7 +135,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     c = engine.client()
     _preflight(targets, records, pytest_args, gpu=gpu, gpu_request=gpu_request)
     failed: list[str] = []
-    unfit: list[str] = []  # failed, and readiness blames the node: exit 10 when every failure is one of these
+    unfit: list[str] = []  # failed only where an unfit node fails: exit 10 when every failed target is one
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = _revision()
     for t in targets:
@@ -184,9 +184,9 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         report.summarize(md)
         if not _passed(t, rc, rep):
             failed.append(t.id)
-            ready = (rep.get("facts") or {}).get("readiness") or {}
-            if ready.get("exit") == NodeNotFit.return_code:  # the node is at fault, not this image
-                unfit.append(f"{t.id}: {ready['verdict']}")
+            node = node_at_fault(rep)
+            if node:
+                unfit.append(f"{t.id}: {node}")
     if unfit and len(unfit) == len(failed):
         msg = f"validation could not prove the images on this node: {'; '.join(unfit)} (reports under {reports})"
         raise NodeNotFit(msg)
@@ -194,6 +194,19 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         msg = f"validation failed for {', '.join(failed)} (reports under {reports})"
         raise ValidationFailed(msg)
     return 0
+
+
+GPU_MODULES = frozenset({"test_readiness", "test_gpu_smoke", "test_driver"})
+
+
+def node_at_fault(rep: dict) -> str | None:
+    """Readiness's verdict when it blames the node and every failed check is a GPU check (an unfit node fails those
+    too); None when the image failed a check of its own, or readiness found the node fit."""
+    ready = (rep.get("facts") or {}).get("readiness") or {}
+    failed = {c["module"] for c in rep.get("checks", []) if c["outcome"] == "failed"}
+    if ready.get("exit") == NodeNotFit.return_code and failed <= GPU_MODULES:
+        return ready["verdict"]
+    return None
 
 
 def _preflight(targets: list[Target], records: Records, pytest_args: str, *, gpu: bool, gpu_request: str) -> None:

@@ -39,8 +39,10 @@ from gpuforge.image.expected import Expected, ExpectedError  # noqa: E402
 
 TARGET_JSON = "/opt/gpuforge/target.json"  # what the image was built to contain (rendering writes it)
 
-# NVLink multicast stays off on shared machines (see the multi-GPU part); set before torch loads.
-for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+# NVLink multicast stays off on shared machines (see the multi-GPU part); CUDA numbers GPUs as NVML does (PCI bus
+# order), so readiness's "GPU 1" is one board in r1 and r2; set before torch loads.
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1"),
+               ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")):
     os.environ.setdefault(_k, _v)
 
 MIN_SHM = 1 << 30
@@ -854,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-modes-apart", action="store_true",
                     help="compile_modes: each mode in a process of its own, concurrently")
     ap.add_argument("--level", choices=list(readiness.LEVELS), help="only the node's readiness: r1 NVML health, driver, "
-                    "limits (about a second); r2 r1 and each GPU's speed against its model's floors (about 20 s); "
+                    "limits (about a second); r2 r1 and each GPU's speed against its model's floors (about 10 s a GPU); "
                     "exit 0 ready, 10 the node is not fit, 5 the image is at fault")
     ap.add_argument("--gpus", type=int, help="--level: the GPUs asked for (default: all the node has)")
     ap.add_argument("--bars", help="--level: JSON object of bars (the host toolkit's readiness.bars()); default: the "
@@ -933,7 +935,7 @@ def measure_r2(bars: dict) -> dict:
             return {"error": "CUDA sees no GPU (torch.cuda.device_count() is 0)"}
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"[-1500:]}
-    out: dict = {"gpus": [speed.measure(i, int(bars["r2"]["trials"])) for i in range(n)]}
+    out: dict = {"gpus": [_measure_one(speed, i, int(bars["r2"]["trials"])) for i in range(n)]}
     torch.cuda.set_device(0)
     TH["fusion_min_ratio"] = bars["fusion_min_ratio"]
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gpuforge-r2-inductor-"))
@@ -943,10 +945,22 @@ def measure_r2(bars: dict) -> dict:
         res, spent = _step(gen, spent)
     out["fusion"] = res if "error" not in res else {"error": res["error"]}
     if n > 1:
-        ar = check_multi_gpu()
+        try:
+            ar = check_multi_gpu()
+        except Exception as e:  # its own timeout included: a hung collective is the node's finding, not a lost report
+            ar = {"error": f"{type(e).__name__}: {e}"[-1500:]}
         ar.setdefault("names", [g["name"] for g in out["gpus"]])
         out["allreduce"] = ar
     return out
+
+
+def _measure_one(speed, index: int, trials: int) -> dict:
+    """speed.measure() of one GPU; a GPU that cannot even be selected gets every figure's failure, the others go on."""
+    try:
+        return speed.measure(index, trials)
+    except Exception as e:
+        why = {"error": f"{type(e).__name__}: {e}"[-1500:]}
+        return {"index": index, "name": "unknown", **{c: why for c in readiness.SPEED}}
 
 
 def _image_cuda() -> str:

@@ -103,7 +103,8 @@ def measure(index: int, trials: int) -> dict:
     dev = torch.device("cuda", index)
     torch.cuda.set_device(dev)
     t0 = time.perf_counter()
-    out = {"index": index, "name": torch.cuda.get_device_name(index)}
+    props = torch.cuda.get_device_properties(index)
+    out = {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "") or "")}
     out["hbm_copy"] = _guard(lambda: copy_hbm(dev, trials))
     out["gemm_bf16"] = _guard(lambda: gemm(dev, trials, "bf16"))
     out["gemm_tf32"] = _guard(lambda: gemm(dev, trials, "tf32"))

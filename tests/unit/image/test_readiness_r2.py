@@ -88,8 +88,10 @@ def test_nothing_measured_fails_every_r2_check_once_with_its_reason():
 def test_a_gpu_model_without_floors_cannot_be_shown_fit():
     s = speed()
     s["gpus"][0]["name"] = "NVIDIA GeForce RTX 4090"
-    f = judge(s)["hbm_copy"]
-    assert not f.ok and f.blame == "host" and "no r2 floor for hbm_copy of a 'NVIDIA GeForce RTX 4090'" in f.reason
+    found = judge(s)
+    for check in readiness.SPEED:
+        f = found[check]
+        assert not f.ok and f.blame == "host" and f"no r2 floor for {check} of a 'NVIDIA GeForce RTX 4090'" in f.reason
 
 
 def test_of_two_gpus_the_slow_one_is_named():
@@ -150,5 +152,69 @@ def test_two_gpus_without_a_good_all_reduce_fail_on_the_host(allreduce, words):
     assert not f.ok and f.blame == "host" and words in f.reason, f
 
 
-def test_the_levels_name_their_checks():
-    assert readiness.LEVELS == {"r1": readiness.CHECKS, "r2": readiness.CHECKS + readiness.R2_CHECKS}
+def test_every_gpu_model_the_data_knows_has_r2_floors():
+    """A model in gpu_capability or busbw_floor_gbs without r2 floors would fail every `validate --gpu` on it."""
+    from gpuforge.image import compat
+
+    d = compat.data()
+    floors = BARS["r2"]["floors"]
+    missing = [m for m in [*d["gpu_capability"], *d["busbw_floor_gbs"]] if compat.model_key(f"NVIDIA {m}", floors) is None]
+    assert not missing, f"no r2 floors for {missing}"
+    for model, row in floors.items():
+        assert set(readiness.SPEED) <= set(row) and row.get("source"), f"{model}: every figure's floor and a source"
+        assert model == "H200" or row.get("unconfirmed"), f"{model}: only the measured model's floors are confirmed"
+
+
+def test_an_unconfirmed_floor_says_so_when_it_fails():
+    s = speed()
+    s["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
+    s["gpus"][0]["hbm_copy"]["best"] = 2.0
+    f = judge(s)["hbm_copy"]
+    assert not f.ok and "under the H100's floor of 2.68 TB/s (a floor from the datasheet, not yet measured" in f.reason
+
+
+def test_a_model_without_the_unit_is_measured_not_judged():
+    s = speed()
+    s["gpus"][0]["name"] = "Tesla V100-SXM2-32GB"
+    for check in ("hbm_copy", "h2d", "d2h"):
+        s["gpus"][0][check]["best"] = 50.0  # above V100's floors whatever the unit
+    found = judge(s)
+    assert found["gemm_bf16"].ok and found["gemm_bf16"].figure.endswith(", not judged"), found["gemm_bf16"]
+    assert found["hbm_copy"].ok and found["hbm_copy"].figure.endswith("floor 0.72"), found["hbm_copy"]
+
+
+@pytest.mark.parametrize(("figures", "check"), [
+    ({"gemm_bf16": {"best": 700.0, "unit": "TFLOP/s"}}, "gemm_bf16"),  # no trials, no cv
+    ({"fusion": {"compiled_kernels": 1}}, "fusion"),
+    ({"allreduce": {"world_size": 2, "allreduce": [{"bytes": 1 << 30}]}}, "allreduce"),
+])
+def test_malformed_figures_fail_on_the_image_and_judge_the_rest(figures, check):
+    found = judge(speed(**figures))
+    f = found[check]
+    assert not f.ok and f.blame == "image" and f"the program's {check} figures are malformed" in f.reason, f
+    assert all(g.ok for c, g in found.items() if c != check), [g for g in found.values() if not g.ok]
+
+
+def test_a_gpu_without_a_name_is_malformed_not_a_crash():
+    s = speed()
+    del s["gpus"][0]["name"]
+    assert all(not judge(s)[c].ok and judge(s)[c].blame == "image" for c in readiness.SPEED)
+
+
+def test_the_nodes_signs_win_over_a_compiler_wrapper():
+    err = "BackendCompilerFailed: backend='inductor' raised: RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    f = judge(speed(fusion={"error": err}))["fusion"]
+    assert not f.ok and f.blame == "host", f
+    oom = "triton.runtime.errors.OutOfResources: out of memory"
+    assert judge(speed(gemm_tf32={"error": oom}))["gemm_tf32"].blame == "host"
+
+
+def test_a_runners_own_all_reduce_floor_applies_to_any_model():
+    s = speed()
+    two = copy.deepcopy(s["gpus"][0])
+    two["index"] = 1
+    s["gpus"].append(two)
+    s["allreduce"] = {"world_size": 2, "names": ["NVIDIA GeForce RTX 4090"] * 2, "allreduce": [
+        {"bytes": 1 << 30, "exact": True, "busbw_gbs": 12.0, "busbw_cv": None}]}
+    f = readiness.judge_r2(s, bars={**BARS, "busbw_floor_gbs": {"": 20.0}})[-1]
+    assert not f.ok and "12 GB/s is under the given floor of 20 GB/s" in f.reason and "CV unknown" in f.figure, f

@@ -1,0 +1,31 @@
+"""`validate --gpu` exits 10 (the node is not fit) only when readiness blames the node and nothing but GPU checks
+failed: an image that also failed a check of its own is the image's failure (exit 5), whatever the node is."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuforge.validate.pytest_run import node_at_fault
+
+UNFIT = {"level": "r2", "verdict": "NODE NOT FIT (host): shm: /dev/shm is 64 MiB", "exit": 10}
+
+
+def rep(failed_modules: list[str], readiness: dict | None = UNFIT) -> dict:
+    checks = [{"module": m, "outcome": "failed"} for m in failed_modules]
+    checks.append({"module": "test_metadata", "outcome": "passed"})
+    return {"facts": {"readiness": readiness} if readiness else {}, "checks": checks}
+
+
+@pytest.mark.parametrize("failed", [["test_readiness"], ["test_readiness", "test_gpu_smoke", "test_driver"]])
+def test_only_gpu_checks_failed_and_readiness_blames_the_node(failed):
+    assert node_at_fault(rep(failed)) == UNFIT["verdict"]
+
+
+@pytest.mark.parametrize(("failed", "readiness"), [
+    (["test_readiness", "test_security"], UNFIT),  # the image failed one of its own too
+    (["test_readiness"], {**UNFIT, "exit": 5, "verdict": "IMAGE AT FAULT: require_cuda: ..."}),
+    (["test_gpu_smoke"], {**UNFIT, "exit": 0, "verdict": "READY r2: 21 checks passed"}),
+    (["test_gpu_smoke"], None),  # no readiness ran
+])
+def test_anything_else_is_not_the_nodes_fault(failed, readiness):
+    assert node_at_fault(rep(failed, readiness)) is None
