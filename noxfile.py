@@ -113,9 +113,12 @@ def lock(session: nox.Session) -> None:
 @nox.session(python=PY, default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
     """Build benchmark: warm gpuforge vs plain docker build (`-- --cold`: uv vs pip vs a naive Dockerfile);
-    `-- --pull [--rounds N]`: gzip vs zstd layers pulled into a fresh engine (tools/bench_pull.py)."""
+    `-- --pull [--rounds N]`: gzip vs zstd layers pulled into a fresh engine (tools/bench_pull.py);
+    `-- --ready [--rounds N] [--rates 1gbit,200mbit]`: cold start by readiness, gzip vs zstd vs SOCI lazy pulling
+    behind a shaped link (tools/bench_ready.py)."""
     _install(session)
-    tool = "tools/bench_pull.py" if "--pull" in session.posargs else "tools/bench_build.py"
+    tool = ("tools/bench_pull.py" if "--pull" in session.posargs else
+            "tools/bench_ready.py" if "--ready" in session.posargs else "tools/bench_build.py")
     session.run("python", tool, *session.posargs)
 
 
