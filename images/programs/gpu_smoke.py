@@ -50,26 +50,10 @@ TH: dict = {}  # the bars of this run (main): --thresholds, else the compat data
 
 
 def _time_cuda(fn, iters: int = 20, warmup: int = 3, inner: int = 10) -> float:
-    """Median milliseconds per fn() call, by CUDA events around `inner` back-to-back calls.
+    """Median milliseconds per fn() call over `iters` trials of `inner` back-to-back calls (speed.timed_trials)."""
+    import speed  # beside this program
 
-    Back-to-back calls keep the GPU busy while Python launches the next one, so this measures the
-    kernels' throughput rather than the host's per-call launch overhead (dynamo guards included).
-    """
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-    return statistics.median(times)
+    return statistics.median(speed.timed_trials(fn, trials=iters, inner=inner, warm_s=0, warm_calls=warmup))
 
 
 def count_kernels(fn) -> int:

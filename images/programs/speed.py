@@ -17,14 +17,19 @@ GEMM_N = 8192
 HOST_BYTES = 1 << 30
 
 
-def _trials(fn, *, trials: int, inner: int, warm_s: float = 0.3) -> list[float]:
-    """Milliseconds per fn() call in each trial: `inner` back-to-back calls between two CUDA events."""
+def timed_trials(fn, *, trials: int, inner: int, warm_s: float = 0.3, warm_calls: int = 0) -> list[float]:
+    """Milliseconds per fn() call in each trial: `inner` back-to-back calls between two CUDA events (back to back, the
+    GPU stays busy while Python launches the next: the kernels' throughput, not the host's launch overhead). Warm-up:
+    `warm_calls` calls, then calls for `warm_s` seconds."""
     import torch
 
+    for _ in range(warm_calls):
+        fn()
     t_end = time.perf_counter() + warm_s  # clocks ramp from idle in ~100 ms; a GEMM at idle clocks is 5x slower
     while time.perf_counter() < t_end:
         fn()
         torch.cuda.synchronize()
+    torch.cuda.synchronize()
     out = []
     for _ in range(trials):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -57,7 +62,7 @@ def copy_hbm(dev, trials: int) -> dict:
 
     n = COPY_BYTES // 4
     src, dst = torch.empty(n, device=dev).uniform_(), torch.empty(n, device=dev)
-    ms = _trials(lambda: dst.copy_(src), trials=trials, inner=10)
+    ms = timed_trials(lambda: dst.copy_(src), trials=trials, inner=10)
     return _row(ms, 2 * COPY_BYTES, "TB/s", 1e12, f"device-to-device copy of {COPY_BYTES >> 30} GiB, bytes read + written")
 
 
@@ -78,7 +83,7 @@ def gemm(dev, trials: int, dtype: str) -> dict:
                 return a @ b
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = old
-    ms = _trials(fn, trials=trials, inner=10 if dtype == "bf16" else 5)
+    ms = timed_trials(fn, trials=trials, inner=10 if dtype == "bf16" else 5)
     return _row(ms, 2 * n ** 3, "TFLOP/s", 1e12, f"{n}^3 {dtype} matrix product on random data")
 
 
@@ -91,7 +96,7 @@ def host_copy(dev, trials: int, way: str) -> dict:
         fn = lambda: gpu.copy_(host, non_blocking=True)  # noqa: E731
     else:
         fn = lambda: host.copy_(gpu, non_blocking=True)  # noqa: E731
-    ms = _trials(fn, trials=trials, inner=4)
+    ms = timed_trials(fn, trials=trials, inner=4)
     return _row(ms, HOST_BYTES, "GB/s", 1e9, f"{HOST_BYTES >> 30} GiB {'to the GPU from' if way == 'h2d' else 'from the GPU to'} "
                 "pinned host memory")
 
