@@ -20,6 +20,7 @@ from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.validate import report
+from gpuforge.validate.pytest_run import GPU_MODULES
 
 pytestmark = pytest.mark.docker
 sys.path.insert(0, str(ROOT / "validators"))
@@ -37,7 +38,8 @@ def test_full_suite_is_green_with_reports(validated):
             "test_driver", "test_inventory", "test_journeys", "test_metrics"} <= names
     skipped = [c for c in rep["checks"] if c["outcome"] == "skipped"]
     # without a GPU only the driver and GPU checks may skip, and they say why
-    assert all(c["module"] in ("test_driver", "test_gpu_smoke") or c["name"].startswith("test_gpu_metrics_") for c in skipped), skipped
+    assert all(c["module"] in GPU_MODULES or c["name"].startswith("test_gpu_metrics_") for c in skipped), skipped
+    assert {c["module"] for c in skipped} >= GPU_MODULES, "every GPU module reports its checks, skipped, without a GPU"
     assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
     ev = rep["evidence"]
     assert not ev["partial"] and ev["missing"] == [] and set(ev["required"]) == {c["id"] for c in rep["checks"]}
