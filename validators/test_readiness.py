@@ -53,9 +53,7 @@ def ready(request, host, host_spec, programs, gpu, facts, target) -> dict[str, r
         pytest.fail(f"the smoke program printed no {level} report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
     if not (host_spec or "").startswith("ssh://"):  # this process runs on the node: its kernel log is the node's
         got["xid"] = readiness.xid()
-    found = readiness.judge(got, request=count, image_cuda=target.cuda, bars=bars)
-    if level == "r2":
-        found += readiness.judge_r2(got.get("speed") or {"error": "the program measured nothing"}, bars=bars)
+    found = readiness.judge_level(got, level, request=count, image_cuda=target.cuda, bars=bars)
     facts["readiness"] = readiness.report(got, found, level)
     return {f.check: f for f in found}
 

@@ -318,6 +318,14 @@ def _limits(add, facts: dict, bars: dict) -> None:
             "with a bus error (docker run --shm-size 8g or --ipc=host)")
 
 
+def judge_level(facts: dict, level: str, *, request: int | None, image_cuda: str, bars: dict) -> list[Finding]:
+    """The findings of a level: r1's from the facts, and at r2 judge_r2's from the figures under facts["speed"]."""
+    found = judge(facts, request=request, image_cuda=image_cuda, bars=bars)
+    if level == "r2":
+        found += judge_r2(facts.get("speed") or {"error": "the program measured nothing"}, bars=bars)
+    return found
+
+
 def _blame(error: str) -> str:
     return IMAGE if _IMAGE_ERROR.search(error) and not _HOST_ERROR.search(error) else HOST
 

@@ -889,11 +889,10 @@ def ready(args) -> int:
     bars = json.loads(args.bars) if args.bars else readiness.bars()
     facts = readiness.collect()
     facts["level"] = args.level
-    findings = readiness.judge(facts, request=args.gpus, image_cuda=cuda, bars=bars)
-    facts["r1_seconds"] = round(time.perf_counter() - t0, 2)
+    facts["r1_seconds"] = round(time.perf_counter() - t0, 2)  # r1's facts collected
     if args.level == "r2":
         facts["speed"] = measure_r2(bars)
-        findings += readiness.judge_r2(facts["speed"], bars=bars)
+    findings = readiness.judge_level(facts, args.level, request=args.gpus, image_cuda=cuda, bars=bars)
     facts["seconds"] = round(time.perf_counter() - t0, 2)
     report = readiness.report(facts, findings, args.level)
     for f in findings:
@@ -928,11 +927,8 @@ def measure_r2(bars: dict) -> dict:
     while res is None:  # nothing else runs here: its quiet part resumes at once
         res, spent = _step(gen, spent)
     out["fusion"] = res if "error" not in res else {"error": res["error"]}
-    if n > 1:
-        try:
-            ar = check_multi_gpu()
-        except Exception as e:  # its own timeout included: a hung collective is the node's finding, not a lost report
-            ar = {"error": f"{type(e).__name__}: {e}"[-1500:]}
+    if n > 1:  # its own timeout included: a hung collective is the node's finding, not a lost report
+        ar = speed.guarded(check_multi_gpu)
         ar.setdefault("names", [g["name"] for g in out["gpus"]])
         out["allreduce"] = ar
     return out
@@ -940,11 +936,8 @@ def measure_r2(bars: dict) -> dict:
 
 def _measure_one(speed, index: int, trials: int) -> dict:
     """speed.measure() of one GPU; a GPU that cannot even be selected gets every figure's failure, the others go on."""
-    try:
-        return speed.measure(index, trials)
-    except Exception as e:
-        why = {"error": f"{type(e).__name__}: {e}"[-1500:]}
-        return {"index": index, "name": "unknown", **{c: why for c in readiness.SPEED}}
+    got = speed.guarded(lambda: speed.measure(index, trials))
+    return {"index": index, "name": "unknown", **{c: got for c in readiness.SPEED}} if "error" in got else got
 
 
 def _image_cuda() -> str:

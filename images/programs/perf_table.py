@@ -94,16 +94,10 @@ def claims_table(rows: list[dict], fusion: dict | None) -> list[dict]:
 
 
 def _ms(fn, iters: int) -> float:
-    """Milliseconds per call: CUDA events around `iters` back-to-back calls."""
-    import torch
+    """Milliseconds per call: CUDA events around `iters` back-to-back calls (one trial of speed.timed_trials)."""
+    import speed  # beside this program
 
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / iters
+    return speed.timed_trials(fn, trials=1, inner=iters, warm_s=0)[0]
 
 
 def measure(name: str, make_step, iters: int, trials: int) -> list[dict]:

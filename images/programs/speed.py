@@ -25,11 +25,12 @@ def timed_trials(fn, *, trials: int, inner: int, warm_s: float = 0.3, warm_calls
 
     for _ in range(warm_calls):
         fn()
+    if warm_calls:
+        torch.cuda.synchronize()
     t_end = time.perf_counter() + warm_s  # clocks ramp from idle in ~100 ms; a GEMM at idle clocks is 5x slower
     while time.perf_counter() < t_end:
         fn()
         torch.cuda.synchronize()
-    torch.cuda.synchronize()
     out = []
     for _ in range(trials):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -50,10 +51,11 @@ def _row(ms: list[float], work: float, unit: str, scale: float, what: str) -> di
             "unit": unit, "trials": [round(r, 3) for r in rates], "what": what}
 
 
-def _guard(fn) -> dict:
+def guarded(fn) -> dict:
+    """fn()'s dict, or {"error": what it raised}."""
     try:
         return fn()
-    except Exception as e:  # one figure that cannot be measured is that figure's failure, never the others'
+    except Exception as e:  # one part that cannot be measured is its own failure, never the others'
         return {"error": f"{type(e).__name__}: {e}"[-1500:]}
 
 
@@ -110,11 +112,11 @@ def measure(index: int, trials: int) -> dict:
     t0 = time.perf_counter()
     props = torch.cuda.get_device_properties(index)
     out = {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "") or "")}
-    out["hbm_copy"] = _guard(lambda: copy_hbm(dev, trials))
-    out["gemm_bf16"] = _guard(lambda: gemm(dev, trials, "bf16"))
-    out["gemm_tf32"] = _guard(lambda: gemm(dev, trials, "tf32"))
-    out["h2d"] = _guard(lambda: host_copy(dev, trials, "h2d"))
-    out["d2h"] = _guard(lambda: host_copy(dev, trials, "d2h"))
+    out["hbm_copy"] = guarded(lambda: copy_hbm(dev, trials))
+    out["gemm_bf16"] = guarded(lambda: gemm(dev, trials, "bf16"))
+    out["gemm_tf32"] = guarded(lambda: gemm(dev, trials, "tf32"))
+    out["h2d"] = guarded(lambda: host_copy(dev, trials, "h2d"))
+    out["d2h"] = guarded(lambda: host_copy(dev, trials, "d2h"))
     torch.cuda.empty_cache()
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return out
