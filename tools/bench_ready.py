@@ -50,18 +50,26 @@ CTD_NS = "gfready"
 WAYS = ("gzip", "zstd", "soci")
 MARKS = ("pulled", "import_torch", "compiled_inference", "jupyter_kernel")
 
-# Runs inside the container: one line per milestone, flushed as it happens (the host stamps bytes on arrival).
+# Runs inside the container: one line per milestone, flushed as it happens (the host stamps bytes on arrival). The same
+# probe times readiness on the GPU machine (tools/gpu_carry.py measure startup), with its first CUDA op.
 PROBE = r"""
-import json, time, sys
+import json, time
 def mark(name):
     print(json.dumps({"mark": name, "t": time.time()}), flush=True)
+mark("process")
 import torch
 mark("import_torch")
-m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))
-x = torch.randn(8, 256)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+if dev == "cuda":
+    torch.ones(1, device=dev); torch.cuda.synchronize()
+    mark("first_cuda_op")
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)).to(dev)
+x = torch.randn(8, 256, device=dev)
 with torch.no_grad():
     y = torch.compile(m)(x)
-    assert torch.allclose(y, m(x), atol=1e-4), "the compiled MLP disagrees with eager"
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    assert torch.allclose(y, m(x), atol=1e-3 if dev == "cuda" else 1e-4), "the compiled MLP disagrees with eager"
 mark("compiled_inference")
 from jupyter_client.manager import start_new_kernel
 km, kc = start_new_kernel(kernel_name="python3", startup_timeout=300)

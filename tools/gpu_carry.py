@@ -397,36 +397,17 @@ def step_faults(out: Path) -> dict:
     return res
 
 
-STARTUP_PROBE = r'''
-import json, time
-def mark(n): print(json.dumps({"mark": n, "t": time.time()}), flush=True)
-mark("process")
-import torch
-mark("import_torch")
-x = torch.ones(1, device="cuda"); torch.cuda.synchronize()
-mark("first_cuda_op")
-m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)).cuda()
-xi = torch.randn(8, 256, device="cuda")
-with torch.no_grad():
-    y = torch.compile(m)(xi); torch.cuda.synchronize()
-    assert torch.allclose(y, m(xi), atol=1e-3)
-mark("compiled_inference")
-from jupyter_client.manager import start_new_kernel
-km, kc = start_new_kernel(kernel_name="python3", startup_timeout=300)
-mark("jupyter_kernel")
-kc.stop_channels(); km.shutdown_kernel(now=True)
-'''
-
-
 def step_startup(out: Path) -> dict:
     """Readiness after the pull (#29's cold start on the GPU; the image is local here): `docker run` -> process, first
     `import torch`, first CUDA op, first compiled inference, a Jupyter kernel answering; 3 runs, seconds from the
-    command (tools/bench_ready.py measures the pull and the same marks on the CPU machine)."""
+    command. The probe is tools/bench_ready.py's, which measures the pull and the same marks on the CPU machine."""
+    import bench_ready  # beside this script
+
     runs = []
     for _ in range(3):
         t0 = time.time()
         r = subprocess.run(["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--shm-size",
-                            "2g", IMAGE_NAME, "python3", "-c", STARTUP_PROBE], capture_output=True, text=True,
+                            "2g", IMAGE_NAME, "python3", "-c", bench_ready.PROBE], capture_output=True, text=True,
                            env=engine_env(), check=False)
         marks = {}
         for line in r.stdout.splitlines():
