@@ -415,11 +415,13 @@ def main() -> int:
 def default_image() -> str:
     """The default target's image id as the last `gpuforge build` recorded it."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from gpuforge import options
     from gpuforge.plan.matrix import load_matrix
     from gpuforge.state.records import Records
 
     t = load_matrix().select(None)[0]
-    return Records(Path(os.environ.get("GPUFORGE_STATE_DIR") or ".gpuforge")).require_build(t.id).image_id
+    records = Records(Path(options.resolve_one(options.SETTINGS["state_dir"]).value))  # gpuforge's own resolution
+    return records.require_build(t.id).image_id
 
 
 if __name__ == "__main__":
