@@ -368,9 +368,10 @@ TABLE: tuple[Setting, ...] = (
             check=grammar.registry,
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
     Setting(name="compression", flag="--compression", commands=("push",), env="GPUFORGE_COMPRESSION", default="gzip",
-            choices=("gzip", "zstd", "both"), what="a layer compression",
+            choices=("gzip", "zstd", "both", "soci"), what="a layer compression",
             help="gzip (every engine pulls it), zstd (Docker 23+; pushed as <tag>-zstd; needs the containerd image "
-                 "store), or both"),
+                 "store), both, or soci (gzip plus a SOCI index for lazy pulling by the SOCI snapshotter; needs root, "
+                 "containerd and soci)"),
     Setting(name="replace", flag="--replace", commands=("push", "promote"), action="store_true", default=False,
             help="move a version tag that names another digest (push: the build tag; promote: <tag>-dev/-prod); "
                  "recorded"),

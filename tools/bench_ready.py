@@ -38,12 +38,18 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gpuforge.plan.target import ImageRef  # after the path set-up above
+from gpuforge.publish import soci
+from gpuforge.registry.client import ANONYMOUS
+
 LAB = Path("/var/tmp/gfready")
 RUN = Path("/run/gfready")
 NS, HOST_IF, NS_IF = "gfready", "gfready0", "gfready1"
 HOST_IP, REG_IP, PORT = "10.78.0.1", "10.78.0.2", 5000
 REPO = f"{REG_IP}:{PORT}/bench/pytorch"
 CERT = LAB / "reg.crt"
+HOST_CA = Path("/etc/docker/certs.d") / f"{REG_IP}:{PORT}" / "ca.crt"  # where gpuforge's registry clients find its CA
 SOCI_ROOT = Path("/var/lib/soci-snapshotter-grpc")  # the soci CLI's own path for its index store (not settable)
 TLS_ENV = {**os.environ, "SSL_CERT_FILE": str(CERT)}
 CTD_NS = "gfready"
@@ -125,6 +131,8 @@ class Lab:
         cfg.write_text(f"version: 0.1\nlog: {{level: error, accesslog: {{disabled: true}}}}\n"
                        f"storage: {{filesystem: {{rootdirectory: {LAB / 'registry'}}}, delete: {{enabled: true}}}}\n"
                        f"http: {{addr: '{REG_IP}:{PORT}', tls: {{certificate: {CERT}, key: {LAB / 'reg.key'}}}}}\n")
+        HOST_CA.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(CERT, HOST_CA)
         self._start("registry", ["ip", "netns", "exec", NS, "docker-registry", "serve", str(cfg)])
         self._wait(lambda: sh("curl", "-sf", "--cacert", str(CERT), f"https://{REG_IP}:{PORT}/v2/",
                               check=False).returncode == 0, "registry")
@@ -176,6 +184,7 @@ class Lab:
         sh("pkill", "-f", f"docker-registry serve {LAB}", check=False)
         sh("ip", "netns", "del", NS, check=False)
         sh("ip", "link", "del", HOST_IF, check=False)
+        shutil.rmtree(HOST_CA.parent, ignore_errors=True)
 
     def _start(self, name: str, argv: list[str], log: Path | None = None, env: dict | None = None) -> None:
         out = open(log or LAB / f"{name}.log", "ab")
@@ -220,7 +229,9 @@ def publish(lab: Lab, image: str) -> dict:
     (LAB / "certs.d").mkdir(exist_ok=True)
     shutil.copy2(CERT, LAB / "certs.d" / "ca.crt")
     t0 = time.monotonic()
-    sh("skopeo", "copy", "--quiet", *tls, f"docker-daemon:{image}", f"docker://{refs['gzip']}")
+    sh("skopeo", "copy", "--quiet", *tls, "--digestfile", str(LAB / "gzip.digest"), f"docker-daemon:{image}",
+       f"docker://{refs['gzip']}")
+    gzip_digest = (LAB / "gzip.digest").read_text().strip()
     say(f"pushed gzip: {time.monotonic() - t0:.0f} s")
     # skopeo 1.9 keeps gzip layers when a docker-daemon source goes straight to zstd: through an OCI layout it recompresses
     t0 = time.monotonic()
@@ -230,28 +241,14 @@ def publish(lab: Lab, image: str) -> dict:
     sh("skopeo", "copy", "--quiet", "--preserve-digests", *tls, f"oci:{layout}:zstd", f"docker://{refs['zstd']}")
     shutil.rmtree(layout, ignore_errors=True)
     say(f"pushed zstd: {time.monotonic() - t0:.0f} s")
-    lab.engine()
-    t0 = time.monotonic()
-    lab.ctr("images", "pull", "--tlscacert", str(CERT), refs["gzip"])
-    lab.soci("create", refs["gzip"])
-    index = soci_index_digest(lab, refs["gzip"])
-    lab.soci("push", "--tlscacert", str(CERT), refs["gzip"])
-    say(f"SOCI index {index[:19]} made and pushed: {time.monotonic() - t0:.0f} s")
-    lab.stop_engine()
+    t0 = time.monotonic()  # the SOCI index as `gpuforge push --compression soci` makes it: the same code
+    index = soci.index_pushed(ImageRef.parse(refs["gzip"]), gzip_digest, ANONYMOUS, LAB, LAB / "soci-index.log").digest
+    say(f"SOCI index {index[:19]} made and pushed (gpuforge.publish.soci): {time.monotonic() - t0:.0f} s")
     sizes = {w: compressed_size(r) for w, r in refs.items()}
     if sizes["zstd"] >= sizes["gzip"]:
         msg = f"the zstd image is not smaller ({sizes}): its layers were not recompressed"
         raise Fail(msg)
     return {"refs": refs, "soci_index": index, "sizes": sizes}
-
-
-def soci_index_digest(lab: Lab, ref: str) -> str:
-    rows = [ln.split() for ln in lab.soci("index", "list").stdout.splitlines()[1:] if ln.strip()]
-    digests = [c for row in rows for c in row if c.startswith("sha256:")]
-    if not digests:
-        msg = f"soci index list shows no index for {ref}"
-        raise Fail(msg)
-    return digests[0]
 
 
 def compressed_size(ref: str) -> int:
@@ -414,7 +411,6 @@ def main() -> int:
 
 def default_image() -> str:
     """The default target's image id as the last `gpuforge build` recorded it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from gpuforge import options
     from gpuforge.plan.matrix import load_matrix
     from gpuforge.state.records import Records

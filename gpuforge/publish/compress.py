@@ -14,7 +14,8 @@ What is checked after the push: every layer of `<tag>-zstd` is zstd, and its ima
 layers (rootfs.diff_ids: digests of the uncompressed layers) and the same runtime config as the validated
 image in the engine: the same files and settings, compressed otherwise.
 
-`gzip` pushes `<tag>`, `zstd` pushes `<tag>-zstd` only, `both` pushes both. Promotion moves the gzip
+`gzip` pushes `<tag>`, `zstd` pushes `<tag>-zstd` only, `both` pushes both, `soci` pushes `<tag>` and a SOCI index of
+it for lazy pulling (gpuforge.publish.soci). Promotion moves the gzip
 digest, the one `validate --attest` signs; the zstd copy is not signed.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuforge import options
 from gpuforge.builder import export, runner
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
@@ -30,7 +32,7 @@ from gpuforge.plan.target import ImageRef
 from gpuforge.registry.client import Registry, RegistryAuth, auth_file
 from gpuforge.state.models import BuildRecord
 
-COMPRESSIONS = ("gzip", "zstd", "both")
+COMPRESSIONS = options.SETTINGS["compression"].choices  # one home: the options table
 ZSTD_SUFFIX = "-zstd"
 
 

@@ -29,7 +29,7 @@ from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import compress, history, prod, transaction
+from gpuforge.publish import compress, history, prod, soci, transaction
 from gpuforge.registry import attest
 from gpuforge.registry.client import Manifest, Registry, RegistryAuth, credentials
 from gpuforge.state.models import BuildRecord
@@ -48,12 +48,15 @@ def pushed_digest(status: str, tag: str) -> str | None:
 def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth, log_dir: Path,
                  replace: bool = False, compression: str = "gzip",
                  progress: str = "auto") -> list[dict]:
-    """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir)."""
+    """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir;
+    soci: gzip and a SOCI index of it, whose work folder and log are in log_dir)."""
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
     recs = {t.id: records.require_build(t.id) for t in targets}
-    if compression != "gzip":  # refused before anything moves
+    if compression == "soci" and (why := soci.refusal()):  # refused before anything moves
+        raise ConfigError(why)
+    if compression in ("zstd", "both"):
         for t in targets:
             if why := compress.refusal(recs[t.id], info):
                 msg = f"{t.id}: {why}"
@@ -82,7 +85,16 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
         records.update_build(t.id, digest=digest, pushed_ref=str(ref),
                              **({"replaced": [*(rec.replaced or []), {**replaced, "to": digest}]} if replaced else {}))
         print(f"gpuforge: pushed {ref.at(digest)} (gzip, {info.describe()})", flush=True)
-        out.append({**res, "digest": digest})
+        res["digest"] = digest
+        if compression == "soci":
+            log = log_dir / f"{t.id}-soci.log"
+            print(f"gpuforge: making the SOCI index of {ref.at(digest)} (log {log})", flush=True)
+            idx = soci.index_pushed(ref, digest, auth, log_dir, log)
+            records.update_build(t.id, soci_index=idx.digest)
+            print(f"gpuforge: pushed SOCI index {idx.digest} of {ref.at(digest)} ({idx.ztocs} layers lazily served)",
+                  flush=True)
+            res["soci_index"] = idx.digest
+        out.append(res)
     return out
 
 

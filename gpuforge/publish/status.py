@@ -125,7 +125,7 @@ def _local(rec: BuildRecord | None, at: str | None) -> dict | None:
                       "engine": rec.engine, "image_store": rec.image_store, "image_index": rec.image_index,
                       "extra_ca": rec.extra_ca, "log": rec.log},
             "pushed": {"ref": rec.pushed_ref, "zstd_digest": rec.digest_zstd, "zstd_ref": rec.pushed_ref_zstd,
-                       "replaced": rec.replaced or []}}
+                       "soci_index": rec.soci_index, "replaced": rec.replaced or []}}
 
 
 def _report_state(path: Path, digest: str | None) -> str:
@@ -183,7 +183,8 @@ def _text(row: dict) -> list[str]:
         if p["ref"]:
             moved = f"; --replace moved the build tag {len(p['replaced'])} time(s)" if p["replaced"] else ""
             zstd = f"; zstd copy {p['zstd_ref']}" if p["zstd_ref"] else ""
-            lines.append(f"  local push: {p['ref']}{zstd}{moved}")
+            lazy = f"; SOCI index {p['soci_index'][:19]}" if p["soci_index"] else ""
+            lines.append(f"  local push: {p['ref']}{zstd}{lazy}{moved}")
         lines += [f"  local {kind.replace('_', ' ')}: {r['path']} ({r['state']})" for kind, r in loc["reports"].items()]
     i = row["interrupted"]
     if i:

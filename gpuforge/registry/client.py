@@ -199,6 +199,15 @@ class Registry:
             _fail(r, ref.registry, what)
         return json.loads(r.stdout)
 
+    def save(self, ref: ImageRef, dest: Path) -> None:
+        """The manifest a digest names and every blob it points to, bytes unchanged, into a `dir:` folder (skopeo's
+        layout: manifest.json and one file per blob, named by its hex digest)."""
+        tls = ["--src-tls-verify=false"] if self._tls(ref) else []
+        r = self._skopeo(["copy", "--quiet", "--preserve-digests", *tls, self._docker(ref), f"dir:{dest}"], ref,
+                         f"GET {_named(ref)} and its blobs")
+        if r.returncode != 0:
+            _fail(r, ref.registry, f"GET {_named(ref)} and its blobs")
+
     def copy(self, src: ImageRef, tag: str) -> None:
         """Point `tag` of src's repository at the manifest src's digest names, bytes unchanged (no layer moves
         within one repository)."""

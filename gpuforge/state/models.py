@@ -49,6 +49,7 @@ class BuildRecord(BaseModel):
     pushed_ref: str | None = None
     digest_zstd: str | None = None  # push --compression zstd|both: the <tag>-zstd copy (same layers, zstd)
     pushed_ref_zstd: str | None = None
+    soci_index: str | None = None  # push --compression soci: the SOCI index manifest whose subject is `digest`
     replaced: list[dict] | None = None  # push --replace: the build tag moved off another digest (tag, from, to, at)
 
 

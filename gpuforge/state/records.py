@@ -22,7 +22,7 @@ from gpuforge.state.models import BuildRecord, BuildsFile
 NAME = "builds.json"
 # what validate and push learnt about one image: dropped when a build records another image
 IMAGE_FACTS = ("report", "report_digest", "gpu_report", "gpu_report_digest", "digest", "pushed_ref", "digest_zstd",
-               "pushed_ref_zstd")
+               "pushed_ref_zstd", "soci_index")
 FIX = "delete it (or restore it from a backup) and run `gpuforge build` again"
 
 

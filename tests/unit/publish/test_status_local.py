@@ -34,6 +34,9 @@ def test_the_text_shows_the_record_and_the_reports(tmp_path):
     text = "\n".join(status._text(row))
     assert "local record: image sha256:aaaaaaaaaaaa, 2.50 GB" in text and "by buildx" in text and "on 26.1.5" in text
     assert "local push: r/x:t" in text and f"local report: {tmp_path / 'r.json'} (missing)" in text
+    assert "SOCI index" not in text
+    lazy = status._local(rec.model_copy(update={"soci_index": "sha256:" + "5" * 64}), DIGEST)
+    assert "local push: r/x:t; SOCI index sha256:555555555555" in "\n".join(status._text({**row, "local": lazy}))
 
 
 def test_evidence_expiry_against_the_time_to_live():

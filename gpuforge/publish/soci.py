@@ -1,0 +1,249 @@
+"""Lazy pulling (#29): `push --compression soci` pushes the gzip image as `gzip` does, then a SOCI index of that very
+digest beside it. The index is a separate OCI artifact whose `subject` is the image manifest; the image's digest,
+signature and evidence do not change. A node whose containerd runs the SOCI snapshotter then starts the container
+after fetching a few MB and reads the rest of the image as files are opened (docs/measurements/ready-bench.md: Jupyter
+ready 4.6x sooner than a gzip pull at 1 Gbit/s, 5.1x at 200 Mbit/s, having read 17-18 % of the image).
+
+How (the soci CLI 0.4.1, Debian trixie's soci-snapshotter package, makes and pushes the index):
+  1. skopeo copies the pushed manifest and its blobs, bytes unchanged, into a private folder;
+  2. a private containerd (its own root and socket, no CRI) imports them as an OCI layout without unpacking: the
+     soci CLI reads images from a containerd content store only, and Docker 20.10's graphdriver store is not one;
+  3. `soci create` builds a zTOC (a table of contents and gzip checkpoints) for each layer of 10 MiB or more;
+  4. `soci push` pushes the index and its zTOCs; a registry without the referrers API gets the OCI 1.1 referrers
+     tag `sha256-<hex of the image manifest digest>`, which is where the snapshotter looks;
+  5. gpuforge reads the index back from the registry and checks it: it refers to the pushed image (or, for an image
+     index, its linux/amd64 manifest), and each zTOC names a layer of that image.
+The soci CLI keeps its index database and zTOCs under /var/lib/soci-snapshotter-grpc (a path 0.4.1 does not let
+one choose); gpuforge holds a lock there while it works and removes its index from that store afterwards.
+Needs root (containerd), containerd, ctr and soci. The snapshotter fetches indexes over https only: a plain-http
+registry is written to, but nodes pulling from it fall back to whole pulls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuforge.errors import RegistryError
+from gpuforge.plan.target import ImageRef
+from gpuforge.registry.client import Manifest, Registry, RegistryAuth, auth_file, insecure
+from gpuforge.state import files
+
+INDEX_TYPE = "application/vnd.amazon.soci.index.v1+json"
+LAYER_DIGEST = "com.amazon.soci.image-layer-digest"
+SOCI_ROOT = Path("/var/lib/soci-snapshotter-grpc")  # the soci CLI's store (fixed in 0.4.1)
+NAMESPACE = "gpuforge-soci"
+MIN_LAYER = 10 * 1024 * 1024  # soci create's default: smaller layers get no zTOC and are pulled whole
+TOOLS = ("containerd", "ctr", "soci", "skopeo")
+
+
+@dataclass(frozen=True)
+class SociIndex:
+    digest: str  # the index manifest's digest
+    subject: str  # the image manifest it indexes
+    ztocs: int  # layers with a zTOC (lazily served); the others are pulled whole
+
+
+def refusal() -> str | None:
+    """Why `--compression soci` cannot run here (None: it can); said before anything is pushed."""
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing:
+        return (f"--compression soci needs {', '.join(missing)} (apt-get install containerd skopeo, and soci-snapshotter "
+                "from Debian trixie; tools/start-engine.sh installs them)")
+    if os.geteuid() != 0:
+        return "--compression soci runs a private containerd to build the SOCI index, which needs root"
+    return None
+
+
+def referrers_tag(digest: str) -> str:
+    """The OCI 1.1 referrers tag of a manifest digest (`sha256:abc` -> `sha256-abc`)."""
+    return digest.replace(":", "-", 1)
+
+
+def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path, log: Path) -> SociIndex:
+    """Build and push the SOCI index of `ref`'s repository at `digest` (already pushed); return it, checked."""
+    reg = Registry(auth)
+    pushed = ref.pinned(digest)
+    manifest = reg.manifest(pushed)
+    if manifest is None:
+        msg = f"{ref.at(digest)}: the registry does not hold the image to index"
+        raise RegistryError(msg)
+    subject = _image_manifest(reg, ref, manifest)
+    big = [x for x in json.loads(subject.body).get("layers", []) if x.get("size", 0) >= MIN_LAYER]
+    if not big:
+        msg = f"{ref.at(digest)}: no layer of {MIN_LAYER >> 20} MiB or more, so a SOCI index would serve nothing lazily"
+        raise RegistryError(msg)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with _soci_store_lock(), tempfile.TemporaryDirectory(prefix="soci-", dir=work_dir) as work, \
+            open(log, "a") as out:
+        image_dir = Path(work) / "image"
+        reg.save(ref.pinned(subject.digest), image_dir)
+        name = f"{ref.name}:{ref.tag or 'soci'}"
+        with _containerd(Path(work)) as sock:
+            env = {**os.environ, "CONTAINERD_ADDRESS": sock, "CONTAINERD_NAMESPACE": NAMESPACE}
+            _import(image_dir, subject, name, env, out)
+            shutil.rmtree(image_dir)  # in containerd's store now
+            before = _indexes(name, env, out)  # an earlier run's, or a snapshotter's, of the same name stay theirs
+            try:
+                _run(["soci", "create", name], env, out, f"soci create {name}")
+                with auth_file(auth, ref.registry) as af:
+                    # the soci CLI reads credentials from $DOCKER_CONFIG/config.json (never from its command line here)
+                    push_env = {**env, "DOCKER_CONFIG": str(Path(af).parent)} if af and af.endswith("/config.json") \
+                        else env
+                    said = _run(["soci", "push", *_tls(ref.registry, auth), name], push_env, out, f"soci push {name}")
+            finally:
+                with contextlib.suppress(RegistryError):  # a failure above is the one to report
+                    for d in sorted(_indexes(name, env, out) - before):
+                        _run(["soci", "index", "rm", d], env, out, "soci index rm", check=False)
+    made = re.search(r"pushing soci index with digest: (sha256:[0-9a-f]{64})", said)
+    if not made:
+        msg = f"soci push {name} did not say which index it pushed; log: {log}"
+        raise RegistryError(msg)
+    got = check(reg, ref, subject)
+    if got.digest != made.group(1):
+        msg = (f"{ref.at(digest)}: the registry's newest SOCI index is {got.digest[:19]}, not {made.group(1)[:19]}, "
+               "the one pushed")
+        raise RegistryError(msg)
+    return got
+
+
+def check(reg: Registry, ref: ImageRef, subject: Manifest) -> SociIndex:
+    """The SOCI index the registry holds for the image manifest `subject`, checked against that image."""
+    listing = reg.manifest(ref.bare().with_tag(referrers_tag(subject.digest)))
+    entries = [d for d in json.loads(listing.body).get("manifests", [])
+               if d.get("artifactType") == INDEX_TYPE] if listing else []
+    if not entries:
+        msg = f"{ref.at(subject.digest)}: the registry holds no SOCI index referring to it"
+        raise RegistryError(msg)
+    newest = entries[-1]["digest"]  # the referrers tag lists in push order
+    m = reg.manifest(ref.pinned(newest))
+    doc = json.loads(m.body) if m else {}
+    layers = {x["digest"] for x in json.loads(subject.body).get("layers", [])}
+    named = [(x.get("annotations") or {}).get(LAYER_DIGEST) for x in doc.get("layers", [])]
+    why = (None if m is not None else "is missing")
+    why = why or (None if (doc.get("subject") or {}).get("digest") == subject.digest else "refers to another image")
+    why = why or (None if (doc.get("config") or {}).get("mediaType") == INDEX_TYPE else "is not a SOCI index v1")
+    why = why or (None if named and all(n in layers for n in named) else "has zTOCs of layers this image lacks")
+    if why:
+        msg = f"{ref.at(subject.digest)}: SOCI index {newest[:19]} {why}"
+        raise RegistryError(msg)
+    return SociIndex(digest=newest, subject=subject.digest, ztocs=len(named))
+
+
+def _image_manifest(reg: Registry, ref: ImageRef, m: Manifest) -> Manifest:
+    """The single-platform manifest SOCI indexes: `m`, or an image index's linux/amd64 entry."""
+    doc = json.loads(m.body)
+    if "manifests" not in doc:
+        return m
+    plat = [d for d in doc["manifests"] if (d.get("platform") or {}).get("os") == "linux"
+            and (d.get("platform") or {}).get("architecture") == "amd64"]
+    sub = reg.manifest(ref.pinned(plat[0]["digest"])) if plat else None
+    if sub is None:
+        msg = f"{ref.at(m.digest)}: an image index with no linux/amd64 image to index"
+        raise RegistryError(msg)
+    return sub
+
+
+def _tls(host: str, auth: RegistryAuth) -> list[str]:
+    if insecure(host, auth):
+        return ["--plain-http"]
+    ca = Path("/etc/docker/certs.d") / host / "ca.crt"  # where docker and skopeo find a registry's private CA
+    return ["--tlscacert", str(ca)] if ca.is_file() else []
+
+
+@contextlib.contextmanager
+def _soci_store_lock() -> Iterator[None]:
+    """One gpuforge at a time in the soci CLI's fixed store (its index database is one file)."""
+    SOCI_ROOT.mkdir(parents=True, exist_ok=True)
+    with files.Folder(SOCI_ROOT) as d, d.locked():
+        yield
+
+
+@contextlib.contextmanager
+def _containerd(work: Path) -> Iterator[str]:
+    """A containerd of this push's own (root under `work`, socket under /run: unix socket paths are short), stopped
+    and removed on the way out, also after an error or Ctrl-C."""
+    run = Path(tempfile.mkdtemp(prefix="gpuforge-soci-", dir="/run" if os.access("/run", os.W_OK) else None))
+    sock = str(run / "containerd.sock")
+    cfg = work / "containerd.toml"
+    cfg.write_text(f'version = 2\nroot = "{work / "containerd"}"\nstate = "{run / "state"}"\n'
+                   f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{sock}"\n')
+    proc = subprocess.Popen(["containerd", "--config", str(cfg)], stdout=open(work / "containerd.log", "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        t_end = time.monotonic() + 60
+        while subprocess.run(["ctr", "-a", sock, "version"], capture_output=True, check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > t_end:
+                tail = (work / "containerd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+                msg = f"the private containerd for the SOCI index did not start: {tail[0][-200:]}"
+                raise RegistryError(msg)
+            time.sleep(0.2)
+        yield sock
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _import(image_dir: Path, subject: Manifest, name: str, env: dict, out) -> None:
+    """The skopeo `dir:` copy into containerd as an OCI layout tar (streamed; docker media types kept: the manifest's
+    bytes, so its digest, stay the pushed ones), not unpacked."""
+    doc = json.loads(subject.body)
+    repo, _, tag = name.rpartition(":")
+    index = {"schemaVersion": 2, "manifests": [{"mediaType": doc.get("mediaType", "application/vnd.oci.image.manifest.v1+json"),
+                                                "digest": subject.digest, "size": len(subject.body),
+                                                "annotations": {"org.opencontainers.image.ref.name": tag}}]}
+    p = subprocess.Popen(["ctr", "images", "import", "--no-unpack", "--base-name", repo, "-"], stdin=subprocess.PIPE,
+                         stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        with tarfile.open(fileobj=p.stdin, mode="w|") as tar:
+            def add(arc: str, data: bytes) -> None:
+                info = tarfile.TarInfo(arc)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+            add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+            add("index.json", json.dumps(index).encode())
+            add(f"blobs/sha256/{subject.digest.split(':', 1)[1]}", subject.body)
+            for blob in [doc["config"], *doc.get("layers", [])]:
+                hexd = blob["digest"].split(":", 1)[1]
+                tar.add(str(image_dir / hexd), arcname=f"blobs/sha256/{hexd}")
+    except BrokenPipeError:
+        pass  # ctr stopped reading: its exit status says why
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            p.stdin.close()
+    if p.wait() != 0:
+        msg = f"ctr images import of {name} failed (exit {p.returncode}); log: {out.name}"
+        raise RegistryError(msg)
+
+
+def _indexes(name: str, env: dict, out) -> set[str]:
+    listed = _run(["soci", "index", "list", "--quiet", "--ref", name], env, out, "soci index list")
+    return set(re.findall(r"sha256:[0-9a-f]{64}", listed))
+
+
+def _run(argv: list[str], env: dict, out, what: str, *, check: bool = True) -> str:
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=3600)
+    out.write(f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}")
+    out.flush()
+    if check and r.returncode != 0:
+        last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+        msg = f"{what} failed: {last[0][-300:]}; log: {out.name}"
+        raise RegistryError(msg)
+    return r.stdout
