@@ -99,8 +99,9 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
                 _run(["soci", "create", name], env, out, f"soci create {name}")
                 with auth_file(auth, ref.registry) as af:
                     # the soci CLI reads credentials from $DOCKER_CONFIG/config.json (never from its command line here)
-                    push_env = {**env, "DOCKER_CONFIG": str(Path(af).parent)} if af and af.endswith("/config.json") \
-                        else env
+                    push_env = {**env, **_tls_env(ref.registry)}
+                    if af and af.endswith("/config.json"):
+                        push_env["DOCKER_CONFIG"] = str(Path(af).parent)
                     said = _run(["soci", "push", *_tls(ref.registry, auth), name], push_env, out, f"soci push {name}")
             finally:
                 with contextlib.suppress(RegistryError):  # a failure above is the one to report
@@ -155,11 +156,24 @@ def _image_manifest(reg: Registry, ref: ImageRef, m: Manifest) -> Manifest:
     return sub
 
 
+def _ca(host: str) -> Path | None:
+    ca = Path("/etc/docker/certs.d") / host / "ca.crt"  # where docker and skopeo find a registry's private CA
+    return ca if ca.is_file() else None
+
+
 def _tls(host: str, auth: RegistryAuth) -> list[str]:
     if insecure(host, auth):
         return ["--plain-http"]
-    ca = Path("/etc/docker/certs.d") / host / "ca.crt"  # where docker and skopeo find a registry's private CA
-    return ["--tlscacert", str(ca)] if ca.is_file() else []
+    return ["--tlscacert", str(ca)] if (ca := _ca(host)) else []
+
+
+def _tls_env(host: str) -> dict[str, str]:
+    """soci 0.4.1 checks the registry's referrers with Go's default HTTP client, which ignores --tlscacert: the
+    private CA joins the system ones through SSL_CERT_DIR (a list of folders Go reads every certificate from)."""
+    ca = _ca(host)
+    if ca is None:
+        return {}
+    return {"SSL_CERT_DIR": ":".join(filter(None, (os.environ.get("SSL_CERT_DIR") or "/etc/ssl/certs", str(ca.parent))))}
 
 
 @contextlib.contextmanager

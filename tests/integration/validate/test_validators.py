@@ -169,6 +169,23 @@ BROKEN += [  # the GPU smoke's compile steps, caught on the CPU box (#26): the t
     ("aoti-without-libcuda-to-link", ["USER root", "RUN rm /opt/gpuforge/cuda/lib64/libcuda.so", "USER 1000"],
      "test_gpu_compile_cpu.py::test_aotinductor_cuda_wrapper_builds_and_links", "cannot find -lcuda"),
 ]
+NCCL_LIB = "/opt/venv/lib/python3*/site-packages/nvidia/nccl/lib"
+BROKEN += [  # linked-library integrity (#30)
+    ("lib-missing", ["USER root", f"RUN rm {SITE}/nvidia/nvjitlink/lib/libnvJitLink.so.12", "USER 1000"],
+     "test_linking.py::test_every_elf_file_resolves_its_libraries", "libnvJitLink.so.12 not found"),
+    # a NCCL network plugin (NCCL opens libnccl-net.so by name) with a symbol nothing defines: it loads lazily only
+    ("lib-loads-lazily-only", ["USER root", "RUN printf 'void gf_gone(void);\\nint gf_use(void) { gf_gone(); return 0; }\\n' "
+                               f"> /tmp/p.c && cd {NCCL_LIB} && gcc -shared -fPIC -o libnccl-net.so /tmp/p.c && rm /tmp/p.c",
+                               "USER 1000"],
+     "test_linking.py::test_gpu_libraries_load_lazily_and_eagerly", "load lazily, not eagerly"),
+    # an "older cuDNN" (a stub reporting 8.9.7) put first on LD_LIBRARY_PATH, as a platform's environment can
+    ("cudnn-shadowed", ["USER root", "RUN mkdir /opt/old-cudnn && printf 'int cudnnGetVersion(void) { return 8907; }\\n' > /tmp/c.c "
+                        "&& gcc -shared -fPIC -Wl,-soname,libcudnn.so.9 -o /opt/old-cudnn/libcudnn.so.9 /tmp/c.c && rm /tmp/c.c",
+                        "ENV LD_LIBRARY_PATH=/opt/old-cudnn:/usr/local/nvidia/lib:/usr/local/nvidia/lib64", "USER 1000"],
+     "test_linking.py::test_nothing_shadows_the_venv_gpu_libraries", "/opt/old-cudnn/libcudnn.so.9 shadows"),
+    ("broken-symlink", ["USER root", "RUN ln -s /opt/gone/python3 /usr/local/bin/python-gone", "USER 1000"],
+     "test_linking.py::test_no_broken_symlinks", "/usr/local/bin/python-gone -> /opt/gone/python3"),
+]
 # The smoke suite needs a GPU: its bars are proven by mutated reports (tests/unit), its device count on the H200.
 # Readiness (test_readiness.py): each rule fails on the H200's recorded NVML facts and figures in
 # tests/unit/image/test_readiness.py, its limits and NVIDIA_REQUIRE_CUDA on broken containers in test_readiness_cpu.py,
