@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import re
 import shutil
 import socket
 import subprocess
@@ -91,6 +92,23 @@ def tunnel(argv: list[str], local_port: int, timeout: float = 30):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def simple_index(out_dir: Path, wheels: list[Path]) -> None:
+    """A PEP 503 simple index of `wheels` under out_dir/simple/ (links carry the sha256, as PyPI's do)."""
+    by_name: dict[str, list[Path]] = {}
+    for w in wheels:
+        by_name.setdefault(re.sub(r"[-_.]+", "-", w.name.split("-", 1)[0]).lower(), []).append(w)
+    root = out_dir / "simple"
+    root.mkdir(mode=0o755, exist_ok=True)
+    (root / "index.html").write_text("".join(f'<a href="{n}/">{n}</a>\n' for n in sorted(by_name)))
+    for n, ws in by_name.items():
+        (root / n).mkdir(mode=0o755, exist_ok=True)
+        links = "".join(f'<a href="../../{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>\n'
+                        for w in ws)
+        (root / n / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    for f in root.rglob("*"):
+        f.chmod(0o755 if f.is_dir() else 0o644)
 
 
 def wheel(out_dir: Path, name: str, version: str, requires: tuple[str, ...] = (), body: str = "") -> Path:

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import requests
 
-from clients import VENV, free_port, key_file, ssh_argv, tunnel, wait_http, wheel
+from clients import VENV, free_port, key_file, simple_index, ssh_argv, tunnel, wait_http, wheel
 from vutil import processes, sh
 
 TOKEN = uuid.uuid4().hex
@@ -165,24 +165,38 @@ def test_jupyter_makes_no_outbound_calls(image):
 # --- pip install as the user --------------------------------------------------------------------------
 
 PIP_SCRIPT = r"""
-pip install --no-index /wheels/jprobe-1.0-py3-none-any.whl > /tmp/pip1.log 2>&1 || { echo "PIP_FAILED $(tail -1 /tmp/pip1.log)"; exit 3; }
+cd /wheels && python -m http.server 8123 --bind 127.0.0.1 > /tmp/index.log 2>&1 &
+up() { python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/simple/')" 2>/dev/null; }
+for i in $(seq 100); do up && break; sleep 0.1; done
+IDX="--index-url http://127.0.0.1:8123/simple/"
+stack() { pip freeze 2>/dev/null | grep -iE '^(torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+)==' | sort; }
+stack > /tmp/stack.before
+pip install $IDX jprobe > /tmp/pip1.log 2>&1 || { echo "PIP_FAILED $(tail -1 /tmp/pip1.log)"; exit 3; }
 python -c "import json, jprobe, torch, os
 print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
-pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n' ' ' < /tmp/check.log)"
-if pip install --no-index --find-links /wheels jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
+if pip install $IDX jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
 echo "SWAP_LOG $(grep ERROR /tmp/pip2.log | tail -1)"
+if pip install $IDX jcudnn > /tmp/pip3.log 2>&1; then echo CUDNN_INSTALLED; else echo CUDNN_REFUSED; fi
+echo "CUDNN_LOG $(grep ERROR /tmp/pip3.log | tail -1)"
+pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n' ' ' < /tmp/check.log)"
+stack > /tmp/stack.after
+if cmp -s /tmp/stack.before /tmp/stack.after; then echo "STACK_SAME $(wc -l < /tmp/stack.after)"
+else echo "STACK_CHANGED $(diff /tmp/stack.before /tmp/stack.after | tr '\n' ' ')"; fi
 python -c "import torch; print('TORCH_AFTER', torch.__version__)"
 """
 
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
-    """A plain package, one that wants torch 2.0.0, and a torch 2.0.0 to swap in: an unconstrained pip would take it."""
+    """A hostile PEP 503 index (served in the container on 127.0.0.1): a plain package, one that wants torch 2.8.0 and
+    one that wants cuDNN 8, with that torch and that cuDNN right there: an unconstrained pip would take them."""
     d = tmp_path_factory.mktemp("wheels")
     d.chmod(0o755)
-    wheel(d, "jprobe", "1.0")
-    wheel(d, "jswap", "1.0", requires=("torch==2.0.0",))
-    wheel(d, "torch", "2.0.0", body="__version__ = '2.0.0'\n")
+    made = [wheel(d, "jprobe", "1.0"), wheel(d, "jswap", "1.0", requires=("torch==2.8.0",)),
+            wheel(d, "torch", "2.8.0", body="__version__ = '2.8.0'\n"),
+            wheel(d, "jcudnn", "1.0", requires=("nvidia-cudnn-cu12==8.9.7.29",)),
+            wheel(d, "nvidia_cudnn_cu12", "8.9.7.29")]
+    simple_index(d, made)
     return d
 
 
@@ -192,9 +206,10 @@ PIP_AS = {"default-user": {}, "openshift-read-only": {"user": "12345:0", "read_o
 
 @pytest.mark.parametrize("how", list(PIP_AS))
 def test_pip_install_as_the_user_offline(image, target, wheels, how):
-    """pip install from a local wheel in a network-less container lands in the user's site (root: the venv), keeps
-    `pip check` clean, and the image's constraints refuse a package that would swap torch (a torch wheel is right
-    there; as root nothing else would stop it)."""
+    """pip install from a hostile index on the container's loopback, in a network-less container, lands in the user's
+    site (root: the venv) and keeps `pip check` clean; the image's constraints refuse a package that would swap torch
+    and one that would swap cuDNN (both are in the index; as root nothing else would stop them); the torch stack's
+    `pip freeze` is the same afterwards."""
     kw = PIP_AS[how]
     with _run().container(image, ["bash", "-c", PIP_SCRIPT], network="none",
                           volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}}, **kw) as c:
@@ -205,10 +220,14 @@ def test_pip_install_as_the_user_offline(image, target, wheels, how):
     site = f"{VENV}/lib/" if how == "root" else probe["home"] + "/.local/"
     assert probe["file"].startswith(site), f"installed outside {site}: {probe}"
     assert probe["torch"] == target.torch
-    assert "CHECK_OK" in out, f"pip check after the install: {out[-800:]}"
-    assert "SWAP_REFUSED" in out, "pip swapped torch for 2.0.0: the image's constraints (PIP_CONSTRAINT) are not applied"
-    why = next(x for x in out.splitlines() if x.startswith("SWAP_LOG"))
-    assert "ResolutionImpossible" in why, f"the swap was refused, but not by the image's constraints: {why}"
+    assert "SWAP_REFUSED" in out, "pip swapped torch for 2.8.0: the image's constraints (PIP_CONSTRAINT) are not applied"
+    assert "CUDNN_REFUSED" in out, "pip swapped cuDNN for 8.9.7: the image's constraints (PIP_CONSTRAINT) are not applied"
+    for word in ("SWAP_LOG", "CUDNN_LOG"):
+        why = next(x for x in out.splitlines() if x.startswith(word))
+        assert "ResolutionImpossible" in why, f"the swap was refused, but not by the image's constraints: {why}"
+    assert "CHECK_OK" in out, f"pip check after the installs: {out[-800:]}"
+    same = next((x for x in out.splitlines() if x.startswith(("STACK_SAME", "STACK_CHANGED"))), "no STACK line")
+    assert same.startswith("STACK_SAME") and int(same.split()[1]) >= 5, f"the torch stack's pip freeze changed: {same}"
     assert f"TORCH_AFTER {target.torch}" in out, out[-800:]
 
 
@@ -224,6 +243,13 @@ def test_kubeflow_notebook_contract(image, target):
         api = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
         lab = requests.get(f"{url}{PREFIX}/lab", timeout=30)
         beside = requests.get(f"{url}/lab", timeout=30, allow_redirects=False)
+        # the culler's contract: it reads each kernel's last_activity and the server's through NB_PREFIX
+        ui = requests.Session()
+        ui.get(f"{url}{PREFIX}/lab", timeout=30)  # the _xsrf cookie a browser gets
+        made = ui.post(f"{url}{PREFIX}/api/kernels", json={"name": "python3"}, timeout=120,
+                       headers={"X-XSRFToken": ui.cookies.get("_xsrf") or ""})
+        kernels = requests.get(f"{url}{PREFIX}/api/kernels", timeout=10)
+        status = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
         time.sleep(3)
         assert c.status() == "running", f"the default command did not keep running: {c.logs()[-1500:]}"
         home = c.container.exec_run(["sh", "-c", 'test -w "$HOME" && echo "$HOME"'], user=str(target.uid)).output.decode().strip()
@@ -232,6 +258,12 @@ def test_kubeflow_notebook_contract(image, target):
     assert api.status_code == 200, f"GET {PREFIX}/api/status answered {api.status_code}: the API is not served under NB_PREFIX"
     assert lab.status_code == 200, f"GET {PREFIX}/lab answered {lab.status_code}: not served under NB_PREFIX"
     assert beside.status_code == 404, f"GET /lab answered {beside.status_code}: served beside NB_PREFIX"
+    assert made.status_code == 201, f"POST {PREFIX}/api/kernels from the UI's session answered {made.status_code}"
+    listed = kernels.json() if kernels.status_code == 200 else []
+    assert len(listed) == 1 and all(k.get("last_activity") and k.get("execution_state") for k in listed), (
+        f"GET {PREFIX}/api/kernels (what the culler reads) answered {kernels.status_code}: {kernels.text[:300]}")
+    st = status.json()
+    assert st.get("last_activity") and st.get("kernels") == 1, f"GET {PREFIX}/api/status: {st}"
     assert uids == {str(target.uid)}, f"jupyter runs as uids {uids}"
     assert home == f"/home/{target.user}", f"HOME not writable for uid {target.uid}: {home!r}"
     assert "generated Jupyter token" not in logs, "a token was announced that is not in force"
@@ -247,17 +279,18 @@ def test_nb_prefix_alone_keeps_the_token(image):
     assert r.status_code in (401, 403), f"{PREFIX}/api/status without a token answered {r.status_code}"
 
 
-def test_arbitrary_uid_with_gid_0(image, target):
-    """OpenShift (`--user 12345:0`, no passwd entry): jupyter starts, HOME is the image's home and files can be saved."""
-    with _jupyter(image, ["jupyter"], user="12345:0") as c:
+@pytest.mark.parametrize("user", ["12345:0", "23456:0"])  # OpenShift's kind of uid, and OpenDataHub's
+def test_arbitrary_uid_with_gid_0(image, target, user):
+    """An arbitrary uid with gid 0 and no passwd entry: jupyter starts, HOME is the image's home, files can be saved."""
+    with _jupyter(image, ["jupyter"], user=user) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}/api/status", headers=AUTH, running=c)
         put = requests.put(f"{url}/api/contents/openshift.txt", headers=AUTH, timeout=30,
                            json={"type": "file", "format": "text", "content": "saved"})
         owner = c.container.exec_run(["stat", "-c", "%u:%g", f"/home/{target.user}/openshift.txt"], user="root").output.decode().strip()
         logs = c.logs()
-    assert put.status_code == 201, f"saving a file as uid 12345 answered {put.status_code}: {put.text[:300]}; logs: {logs[-800:]}"
-    assert owner == "12345:0", f"the saved file is {owner!r}, not in the image's home as 12345:0"
+    assert put.status_code == 201, f"saving a file as uid {user} answered {put.status_code}: {put.text[:300]}; logs: {logs[-800:]}"
+    assert owner == user, f"the saved file is {owner!r}, not in the image's home as {user}"
 
 
 def test_home_of_another_owner_is_one_line(image, target):
