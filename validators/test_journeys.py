@@ -231,6 +231,37 @@ def test_pip_install_as_the_user_offline(image, target, wheels, how):
     assert f"TORCH_AFTER {target.torch}" in out, out[-800:]
 
 
+# --- /dev/shm ----------------------------------------------------------------------------------------------------
+
+LOADER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+class Big(Dataset):
+    def __len__(self): return 16
+    def __getitem__(self, i): return torch.full((4 << 20,), float(i))  # 16 MB a sample: 64 MB a batch of 4
+n = sum(float(b[:, 0].sum()) for b in DataLoader(Big(), batch_size=4, num_workers=2))
+print("LOADER_OK", n)
+"""
+
+
+def _started(image: str, command: list[str], **kw) -> tuple[int, str]:
+    with _run().container(image, command, network="none", **kw) as c:
+        rc = c.container.wait(timeout=300)["StatusCode"]
+        return rc, c.logs()
+
+
+def test_small_dev_shm_is_said_at_start(image):
+    """Docker's default /dev/shm (64 MB): the start says in one line that DataLoader workers need --shm-size or
+    --ipc=host. Started as that line says, it says nothing and a DataLoader with two workers moves 256 MB."""
+    _, small = _started(image, ["true"])
+    rc, big = _started(image, ["python", "-c", LOADER], shm_size="2g")
+    said = [x for x in small.splitlines() if "/dev/shm" in x]
+    assert len(said) == 1 and "DataLoader workers" in said[0] and "--shm-size" in said[0], (
+        f"the /dev/shm warning was not said once at start with Docker's 64 MB: {small[-800:]}")
+    assert "/dev/shm" not in big, f"a 2 GB /dev/shm was warned about: {big[-800:]}"
+    assert rc == 0 and "LOADER_OK 120.0" in big, f"DataLoader workers with a 2 GB /dev/shm (exit {rc}): {big[-1500:]}"
+
+
 # --- Kubeflow, OpenShift, homes, read-only roots --------------------------------------------------------
 
 def test_kubeflow_notebook_contract(image, target):

@@ -1,6 +1,7 @@
 """The image's start-up check (run by the entrypoint): can this host's driver and GPUs run this image?
 
-No driver visible: one warning line, exit 0. A driver but no GPU device (NVIDIA_VISIBLE_DEVICES=none/void,
+No driver visible: one warning line, exit 0. A /dev/shm under the readiness floor (Docker's 64 MB default): one warning
+line saying what it does to DataLoader workers and how to start instead. A driver but no GPU device (NVIDIA_VISIBLE_DEVICES=none/void,
 no GPU request, driver libraries not mounted): one warning line naming the cause, exit 0, or exit 70 with
 GPUFORGE_REQUIRE_GPU=1. Incompatible driver, unsupported GPU, or a CUDA the compat data does not know:
 an error and exit 70, unless GPUFORGE_SKIP_DRIVER_CHECK=1. A probe that breaks never stops the container:
@@ -107,9 +108,22 @@ def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | N
               file=sys.stderr)
         return 0
     code, lines = decide(state, msgs, env)
-    for line in lines:
+    for line in [*lines, *shm_lines()]:
         print(line, file=sys.stderr)
     return code
+
+
+def shm_lines(path: str = "/dev/shm") -> list[str]:
+    """One warning when /dev/shm is under the readiness floor (Docker's default is 64 MB); nothing when it is not, or
+    cannot be read (r1 reports that)."""
+    from gpuforge.image import readiness
+
+    try:
+        st = os.statvfs(path)
+        why = readiness.shm_problem(st.f_frsize * st.f_blocks, readiness.bars()["shm_min_bytes"])
+    except (OSError, KeyError, ValueError):
+        return []
+    return [f"gpuforge: warning: {why}"] if why else []
 
 
 if __name__ == "__main__":

@@ -163,7 +163,8 @@ def _ver(text: str) -> tuple[int, ...]:
 
 
 def _gib(n: int) -> str:
-    return "unlimited" if n < 0 else f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n >> 10} KiB"
+    return ("unlimited" if n < 0 else f"{n / (1 << 30):.2f} GiB" if n >= 1 << 28 else f"{n >> 20} MiB" if n >= 1 << 20
+            else f"{n >> 10} KiB")
 
 
 def _per_gpu(gpus: list[dict], key: str, bad, say, unsupported: str = "") -> tuple[bool, str, str]:
@@ -310,12 +311,19 @@ def _limits(add, facts: dict, bars: dict) -> None:
         add("memlock", mem < 0 or mem >= floor, _gib(mem),
             f"locked memory limited to {_gib(mem)}, under {_gib(floor)}: pinned host memory and NCCL fail or fall back "
             "(docker run --ulimit memlock=-1)")
-    floor = bars["shm_min_bytes"]
     if _err(shm) or shm is None:
         add("shm", False, "unreadable", f"could not read /dev/shm's size ({_err(shm)})")
     else:
-        add("shm", shm >= floor, _gib(shm), f"/dev/shm is {_gib(shm)}, under {_gib(floor)}: DataLoader workers die "
-            "with a bus error (docker run --shm-size 8g or --ipc=host)")
+        why = shm_problem(shm, bars["shm_min_bytes"])
+        add("shm", why is None, _gib(shm), why or "")
+
+
+def shm_problem(size: int, floor: int) -> str | None:
+    """What a /dev/shm under the floor does to its user, in one line (r1 and the entrypoint's start say the same)."""
+    if size >= floor:
+        return None
+    return (f"/dev/shm is {_gib(size)}, under {_gib(floor)}: PyTorch DataLoader workers (num_workers > 0) pass "
+            "batches through it and die with a bus error when it fills (docker run --shm-size 8g or --ipc=host)")
 
 
 def judge_level(facts: dict, level: str, *, request: int | None, image_cuda: str, bars: dict) -> list[Finding]:

@@ -99,7 +99,7 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
                 _run(["soci", "create", name], env, out, f"soci create {name}")
                 with auth_file(auth, ref.registry) as af:
                     # the soci CLI reads credentials from $DOCKER_CONFIG/config.json (never from its command line here)
-                    push_env = {**env, **_tls_env(ref.registry)}
+                    push_env = {**env, **_tls_env(ref.registry, Path(work))}
                     if af and af.endswith("/config.json"):
                         push_env["DOCKER_CONFIG"] = str(Path(af).parent)
                     said = _run(["soci", "push", *_tls(ref.registry, auth), name], push_env, out, f"soci push {name}")
@@ -167,13 +167,17 @@ def _tls(host: str, auth: RegistryAuth) -> list[str]:
     return ["--tlscacert", str(ca)] if (ca := _ca(host)) else []
 
 
-def _tls_env(host: str) -> dict[str, str]:
+def _tls_env(host: str, work: Path) -> dict[str, str]:
     """soci 0.4.1 checks the registry's referrers with Go's default HTTP client, which ignores --tlscacert: the
-    private CA joins the system ones through SSL_CERT_DIR (a list of folders Go reads every certificate from)."""
+    private CA joins the system ones through SSL_CERT_DIR, a colon-separated list of folders Go reads every
+    certificate from. certs.d's folder is named HOST:PORT, so the CA goes in through a copy in a folder of our own."""
     ca = _ca(host)
     if ca is None:
         return {}
-    return {"SSL_CERT_DIR": ":".join(filter(None, (os.environ.get("SSL_CERT_DIR") or "/etc/ssl/certs", str(ca.parent))))}
+    own = work / "registry-ca"
+    own.mkdir(exist_ok=True)
+    shutil.copyfile(ca, own / "ca.crt")
+    return {"SSL_CERT_DIR": f"{os.environ.get('SSL_CERT_DIR') or '/etc/ssl/certs'}:{own}"}
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from gpuforge.image import readiness
 
 pytestmark = pytest.mark.docker
 REASONS = {  # the check -> the words its failure must say
-    "shm": "/dev/shm is 65536 KiB, under 1.00 GiB",
+    "shm": "/dev/shm is 64 MiB, under 1.00 GiB",
     "memlock": "locked memory limited to 64 KiB, under 1.00 GiB",
     "require_cuda": "NVIDIA_REQUIRE_CUDA asks for cuda>=13.0, above the CUDA 12.6 it carries",
 }

@@ -131,6 +131,8 @@ BROKEN += [  # the image's users (#19): each journey's validator fails for its o
      "test_journeys.py::test_arbitrary_uid_with_gid_0", "not in the image's home"),
     ("no-privsep-dir", ["USER root", "RUN rmdir /run/sshd", "USER 1000"], "test_journeys.py::test_read_only_root_ssh",
      "exited waiting for /Server listening on/"),
+    ("shm-unsaid", ["USER root", "RUN sed -i 's/\\*shm_lines()//' /opt/gpuforge/lib/gpuforge/image/preflight.py", "USER 1000"],
+     "test_journeys.py::test_small_dev_shm_is_said_at_start", "warning was not said once"),
     ("metrics-down", ["USER root", "RUN printf 'raise SystemExit(3)\\n' > /opt/gpuforge/programs/metrics.py", "USER 1000"],
      "test_metrics.py::test_metrics_up_with_the_gpu_count", "exited before"),
 ]

@@ -71,7 +71,7 @@ FAULTS = [
     ("xid", {"xid": {"error": "PermissionError: [Errno 1] Operation not permitted: '/dev/kmsg'"}},
      ["could not read XID errors", "Operation not permitted", "dmesg_restrict"]),
     ("memlock", {"memlock": 65536}, ["locked memory limited to 64 KiB", "--ulimit memlock=-1"]),
-    ("shm", {"shm": 64 << 20}, ["/dev/shm is 65536 KiB", "bus error", "--shm-size"]),
+    ("shm", {"shm": 64 << 20}, ["/dev/shm is 64 MiB", "bus error", "--shm-size"]),
     ("shm", {"shm": {"error": "FileNotFoundError: /dev/shm"}}, ["could not read /dev/shm's size"]),
 ]
 
