@@ -9,8 +9,10 @@ own template (the venv's path, clients.VENV), never from the image under test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import secrets
 import subprocess
 import time
 import uuid
@@ -18,7 +20,7 @@ import uuid
 import pytest
 import requests
 
-from clients import VENV, free_port, key_file, simple_index, ssh_argv, tunnel, wait_http, wheel
+from clients import SSH_OPTS, VENV, free_port, key_file, openssh, simple_index, ssh_argv, tunnel, wait_http, wheel
 from vutil import processes, sh
 
 TOKEN = uuid.uuid4().hex
@@ -260,6 +262,127 @@ def test_small_dev_shm_is_said_at_start(image):
         f"the /dev/shm warning was not said once at start with Docker's 64 MB: {small[-800:]}")
     assert "/dev/shm" not in big, f"a 2 GB /dev/shm was warned about: {big[-800:]}"
     assert rc == 0 and "LOADER_OK 120.0" in big, f"DataLoader workers with a 2 GB /dev/shm (exit {rc}): {big[-1500:]}"
+
+
+# --- networks: IPv6, no route out; the start's log ------------------------------------------------------------
+
+@contextlib.contextmanager
+def _network(**kw):
+    """A bridge network of this test's own (labelled as gpuforge's), removed after its containers."""
+    from gpuforge.engine import client as engine
+
+    net = engine.client().networks.create(f"gfv-{uuid.uuid4().hex[:10]}", driver="bridge",
+                                          labels={"io.gpuforge.owner": "gpuforge-validators"}, **kw)
+    try:
+        yield net
+    finally:
+        net.remove()
+
+
+def _address(c, net, key: str = "IPAddress") -> str:
+    c.reload()
+    return c.container.attrs["NetworkSettings"]["Networks"][net.name][key]
+
+
+def _answers(url: str, seconds: float, headers: dict | None = None) -> int | None:
+    """The status `url` answered within `seconds`, or None."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            return requests.get(url, headers=headers, timeout=3).status_code
+        time.sleep(0.5)
+    return None
+
+
+def _ssh_key(tmp_path):
+    import paramiko
+
+    key = paramiko.Ed25519Key.generate() if hasattr(paramiko.Ed25519Key, "generate") else paramiko.RSAKey.generate(2048)
+    path = tmp_path / "id_key"
+    key.write_private_key_file(str(path))
+    path.chmod(0o600)
+    return f"{key.get_name()} {key.get_base64()} gpuforge-validator", path
+
+
+def test_ssh_and_jupyter_answer_over_ipv6(image, target, tmp_path):
+    """On a Docker network with IPv6 (a ULA subnet of this run's own), Jupyter and SSH answer on the container's IPv6
+    address, as an IPv6-only cluster reaches them."""
+    import docker
+
+    subnet = f"fd{secrets.token_hex(1)}:{secrets.token_hex(2)}:{secrets.token_hex(2)}::/64"
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+    pub, key = _ssh_key(tmp_path)
+    with _network(enable_ipv6=True, ipam=ipam) as net:
+        with _jupyter(image, ["jupyter"], network=net.name) as c:
+            wait_http(f"http://127.0.0.1:{c.port(8888)}/api/status", headers=AUTH, running=c)  # up (IPv4)
+            ip6 = _address(c, net, "GlobalIPv6Address")
+            jupyter = _answers(f"http://[{ip6}]:8888/api/status", 10, headers=AUTH)
+        with _run().container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, network=net.name) as c:
+            c.wait_for_log(r"Server listening on", timeout=60)
+            ssh_ip6 = _address(c, net, "GlobalIPv6Address")
+            r = subprocess.run([openssh(), *SSH_OPTS, "-6", "-i", str(key), f"{target.user}@{ssh_ip6}",
+                                'echo "IPV6_OK $SSH_CONNECTION"'], capture_output=True, text=True, timeout=60)
+    assert ip6 and ssh_ip6, f"no IPv6 address on the network {subnet}"
+    assert jupyter == 200, f"Jupyter did not answer over IPv6 at [{ip6}]:8888 (got {jupyter}): it listens on IPv4 only"
+    assert r.returncode == 0 and "IPV6_OK" in r.stdout and ssh_ip6 in r.stdout, (
+        f"ssh over IPv6 to [{ssh_ip6}]:22 failed (exit {r.returncode}): {r.stderr[-500:]}")
+
+
+# Log lines that say something went wrong or was tried and refused, at any mode's start
+TROUBLE = re.compile(r"Traceback|\b(ERROR|WARNING|CRITICAL)\b|^\[[WEC] |warning:|error:|Failed to establish|"
+                     r"name resolution|Network is unreachable|Max retries exceeded|timed out", re.I | re.M)
+# Reviewed lines that may appear, each with its reason: (pattern, why, only on a host without a GPU)
+WAIVED = ((r"^gpuforge: warning: no NVIDIA driver visible", "the validator's host has no GPU: said once, by design", True),)
+
+
+def _modes(pub: str) -> dict:
+    """mode: (command, container options, how the host sees it ready: a URL on port 8888/9400 or a log line)."""
+    return {"jupyter": (["jupyter"], {"env": {"JUPYTER_TOKEN": TOKEN}}, ("http", 8888, "/api/status")),
+            "lab": (["jupyter", "lab"], {"env": {"JUPYTER_TOKEN": TOKEN}}, ("http", 8888, "/lab")),
+            "ssh": (["ssh"], {"user": "root", "env": {"SSH_AUTHORIZED_KEYS": pub}}, ("log", 0, r"Server listening on")),
+            "metrics": (["metrics"], {}, ("http", 9400, "/metrics"))}
+
+
+def _ready_seconds(image: str, mode: tuple, net=None) -> tuple[float, str]:
+    """Seconds from `docker run` until the host sees the mode ready, and the log of its start. On `net`, the host
+    asks the container's address; without one (the default bridge) its published port."""
+    command, kw, (how, port, what) = mode
+    if net is None and how == "http":
+        kw = {**kw, "ports": {port: None}}
+    t0 = time.monotonic()
+    with _run().container(image, command, network=net.name if net else None, shm_size="2g", **kw) as c:
+        if how == "log":
+            c.wait_for_log(what, timeout=120)
+        else:
+            where = f"{_address(c, net)}:{port}" if net else f"127.0.0.1:{c.port(port)}"
+            got = _answers(f"http://{where}{what}", 120, headers=AUTH)
+            assert got == 200, f"{' '.join(command)}: {what} answered {got} ({c.logs()[-800:]})"
+        seconds = time.monotonic() - t0
+        time.sleep(2)  # what it does right after ready is part of its start
+        return seconds, c.logs()
+
+
+SLOWER = 1.5  # an internal start may take this times the bridge's (+5 s): a wait on an outbound call takes far longer
+BAR = 20.0  # ssh and metrics start in 1-3 s
+
+
+def test_every_mode_starts_with_no_route_out_and_a_clean_log(image, gpu, tmp_path):
+    """On an --internal network (no route out, as in a closed cluster) each mode is ready as soon as on the default
+    bridge (the Jupyter modes, timed side by side) or within 20 s (ssh, metrics), and its log holds no traceback,
+    error, warning or refused outbound call beyond the reviewed waivers."""
+    pub, _ = _ssh_key(tmp_path)
+    waived = [w for w, _, cpu_only in WAIVED if not (cpu_only and gpu)]
+    problems = []
+    with _network(internal=True) as net:
+        for name, mode in _modes(pub).items():
+            seconds, log = _ready_seconds(image, mode, net)
+            bad = [ln for ln in log.splitlines() if TROUBLE.search(ln) and not any(re.search(w, ln) for w in waived)]
+            if bad:
+                problems.append(f"{name} logged: {' | '.join(x[:200] for x in bad[:4])}")
+            bar = BAR if name in ("ssh", "metrics") else SLOWER * _ready_seconds(image, mode)[0] + 5
+            if seconds > bar:
+                problems.append(f"{name} took {seconds:.1f} s to be ready with no route out (bar {bar:.1f} s)")
+    assert not problems, "; ".join(problems)
 
 
 # --- Kubeflow, OpenShift, homes, read-only roots --------------------------------------------------------

@@ -3,7 +3,20 @@
 import os
 
 c = get_config()  # noqa: F821  (provided by Jupyter when it loads this file)
-c.ServerApp.ip = "0.0.0.0"
+
+
+def _has_ipv6() -> bool:
+    """Whether the container has an IPv6 stack (an address on any interface; none when the kernel or the runtime
+    turned IPv6 off, where binding :: would stop the server)."""
+    try:
+        with open("/proc/net/if_inet6") as f:
+            return bool(f.read().strip())
+    except OSError:
+        return False
+
+
+# "" binds IPv4 and IPv6 (two sockets), so an IPv6 network (docker network create --ipv6) reaches the server too
+c.ServerApp.ip = "" if _has_ipv6() else "0.0.0.0"
 c.ServerApp.port = 8888
 c.ServerApp.open_browser = False
 c.ServerApp.allow_root = False

@@ -133,6 +133,13 @@ BROKEN += [  # the image's users (#19): each journey's validator fails for its o
      "exited waiting for /Server listening on/"),
     ("shm-unsaid", ["USER root", "RUN sed -i 's/\\*shm_lines()//' /opt/gpuforge/lib/gpuforge/image/preflight.py", "USER 1000"],
      "test_journeys.py::test_small_dev_shm_is_said_at_start", "warning was not said once"),
+    ("jupyter-ipv4-only", ["USER root", f"RUN sed -i 's/^c.ServerApp.ip = .*/c.ServerApp.ip = \"0.0.0.0\"/' {JCONF}", "USER 1000"],
+     "test_journeys.py::test_ssh_and_jupyter_answer_over_ipv6", "listens on IPv4 only"),
+    # a server that calls out at start (as update checks and extension managers do): refused on a closed network, logged
+    ("start-calls-out", ["USER root", "RUN printf '%s\\n' 'import urllib.request' 'try:' "
+                         "'    urllib.request.urlopen(\"https://pypi.org/simple/\", timeout=5)' 'except Exception as e:' "
+                         f"'    print(\"could not reach pypi.org:\", e, flush=True)' >> {JCONF}", "USER 1000"],
+     "test_journeys.py::test_every_mode_starts_with_no_route_out_and_a_clean_log", "could not reach pypi.org"),
     ("metrics-down", ["USER root", "RUN printf 'raise SystemExit(3)\\n' > /opt/gpuforge/programs/metrics.py", "USER 1000"],
      "test_metrics.py::test_metrics_up_with_the_gpu_count", "exited before"),
 ]
