@@ -1,5 +1,5 @@
 """The image's users with the real clients, end to end on the default image: Jupyter reached through an OpenSSH
-`ssh -L` tunnel and driven by headless Chromium (Debian's chromium + chromium-driver, Selenium from PyPI) that
+`ssh -L` tunnel, and behind Debian's nginx as a reverse proxy at a sub-path, driven by headless Chromium (Debian's chromium + chromium-driver, Selenium from PyPI) that
 opens Lab with the token and runs a cell; a real Prometheus (Debian's 2.42) scraping the metrics mode on
 loopback, its HTTP API returning the series; `promtool check metrics` on the exposition. The per-journey
 validators (validators/test_journeys.py, test_metrics.py) run against the same image in the full suite and
@@ -7,6 +7,9 @@ against the broken images in test_validators.py."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -64,14 +67,49 @@ def _browser(tmp_path: Path):
     return webdriver.Chrome(service=Service(_tool(CHROMEDRIVER, "chromium-driver")), options=opts)
 
 
-def test_jupyter_over_an_ssh_tunnel_in_chromium_runs_a_cell(ssh_container, tmp_path):
-    """ssh mode; the user starts JupyterLab on the container's loopback in an ssh session (`jupyter lab` as typed),
-    reaches it through `ssh -L`, and Chromium opens Lab with the token and runs a cell that imports torch."""
+def _notebook(url: str, token: str) -> None:
+    nb = {"type": "notebook", "content": {"nbformat": 4, "nbformat_minor": 5, "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}, "cells": [
+        {"cell_type": "code", "metadata": {}, "source": "import torch; print('TORCH', torch.__version__)", "outputs": [],
+         "execution_count": None, "id": "c1"}]}}
+    put = requests.put(f"{url}/api/contents/journey.ipynb", json=nb, headers={"Authorization": f"token {token}"}, timeout=30)
+    assert put.status_code == 201, put.text[:300]
+
+
+def _run_cell_in_lab(url: str, token: str, tmp_path: Path) -> tuple[float, str]:
+    """Chromium opens Lab at `url` with the token, waits for the kernel, runs the notebook's cell as people do (the
+    toolbar's Run button): (seconds until the kernel was idle, the cell's output)."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
+    _notebook(url, token)
+    d = _browser(tmp_path)
+    try:
+        t0 = time.monotonic()
+        d.get(f"{url}/lab/tree/journey.ipynb?token={token}")
+        wait = WebDriverWait(d, 120)
+        # the kernel's own "Idle" in the status bar (the execution indicator says idle before a kernel exists)
+        wait.until(lambda d: d.execute_script(
+            "const s = document.querySelector('#jp-main-statusbar'); return !!s && / \\| Idle/.test(s.innerText);"))
+        opened = time.monotonic() - t0
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".jp-Cell .cm-content")).click()  # select the cell
+        run = d.find_elements(By.CSS_SELECTOR, '[data-command="notebook:run-cell-and-select-next"]')
+        if run:  # the toolbar's Run button, as people click it
+            run[0].click()
+        else:
+            ActionChains(d).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+        out = WebDriverWait(d, 300).until(lambda d: next(
+            (e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if "TORCH" in e.text), None))
+    finally:
+        d.quit()
+    return opened, out
+
+
+def test_jupyter_over_an_ssh_tunnel_in_chromium_runs_a_cell(ssh_container, tmp_path):
+    """ssh mode; the user starts JupyterLab on the container's loopback in an ssh session (`jupyter lab` as typed),
+    reaches it through `ssh -L`, and Chromium opens Lab with the token and runs a cell that imports torch."""
     t, c, key = ssh_container
     user, token = t.settings.user, uuid.uuid4().hex
     start = (f"cd ~; JUPYTER_TOKEN={token} nohup jupyter lab --ip=127.0.0.1 --port=8888 "
@@ -82,33 +120,104 @@ def test_jupyter_over_an_ssh_tunnel_in_chromium_runs_a_cell(ssh_container, tmp_p
     with tunnel(_ssh(c, key, user, "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{local}:localhost:8888"), local):
         url = f"http://127.0.0.1:{local}"
         wait_http(f"{url}/api/status", headers={"Authorization": f"token {token}"}, timeout=90)
-        nb = {"type": "notebook", "content": {"nbformat": 4, "nbformat_minor": 5, "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}}, "cells": [
-            {"cell_type": "code", "metadata": {}, "source": "import torch; print('TORCH', torch.__version__)", "outputs": [],
-             "execution_count": None, "id": "c1"}]}}
-        put = requests.put(f"{url}/api/contents/journey.ipynb", json=nb, headers={"Authorization": f"token {token}"}, timeout=30)
-        assert put.status_code == 201, put.text[:300]
-        d = _browser(tmp_path)
-        try:
-            t0 = time.monotonic()
-            d.get(f"{url}/lab/tree/journey.ipynb?token={token}")
-            wait = WebDriverWait(d, 120)
-            # the kernel's own "Idle" in the status bar (the execution indicator says idle before a kernel exists)
-            wait.until(lambda d: d.execute_script(
-                "const s = document.querySelector('#jp-main-statusbar'); return !!s && / \\| Idle/.test(s.innerText);"))
-            opened = time.monotonic() - t0
-            wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".jp-Cell .cm-content")).click()  # select the cell
-            run = d.find_elements(By.CSS_SELECTOR, '[data-command="notebook:run-cell-and-select-next"]')
-            if run:  # the toolbar's Run button, as people click it
-                run[0].click()
-            else:
-                ActionChains(d).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-            out = WebDriverWait(d, 300).until(lambda d: next(
-                (e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if "TORCH" in e.text), None))
-        finally:
-            d.quit()
+        opened, out = _run_cell_in_lab(url, token, tmp_path)
     print(f"\nLab opened through ssh -L in {opened:.1f} s; cell output: {out}")
     assert out.strip() == f"TORCH {t.expected().torch}", out
+
+
+# --- Jupyter behind nginx at a sub-path (#30) -------------------------------------------------------------------
+
+SUBPATH = "/u/alice"
+NGINX_CONF = """worker_processes 1;
+error_log {d}/error.log;
+pid {d}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+  access_log {d}/access.log;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ return 404; }}
+    location {sub}/ {{
+      proxy_pass http://127.0.0.1:{upstream};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_read_timeout 3600s;
+{websocket}    }}
+  }}
+}}
+"""
+WEBSOCKET = "      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n"
+
+
+@contextlib.contextmanager
+def _nginx(d: Path, upstream: int, *, websocket: bool = True):
+    """Debian's nginx in the foreground with a config of this test's own: {SUBPATH}/ proxied to `upstream`, with the
+    websocket upgrade headers as Jupyter's docs give them (websocket=False: a proxy set up without them)."""
+    exe = _tool("/usr/sbin/nginx", "nginx-light")
+    d.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, sub=SUBPATH, upstream=upstream,
+                                                    websocket=WEBSOCKET if websocket else ""))
+    p = subprocess.Popen([exe, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", ok=(404,), timeout=30)  # up: nothing is served beside the sub-path
+        yield f"http://127.0.0.1:{port}{SUBPATH}"
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def _websocket_status(url: str, token: str) -> int:
+    """The status a kernel websocket handshake through `url` gets (101: switched)."""
+    h = {"Authorization": f"token {token}"}
+    kid = requests.post(f"{url}/api/kernels", json={"name": "python3"}, headers=h, timeout=120).json()["id"]
+    key = base64.b64encode(os.urandom(16)).decode()
+    origin = url.split(SUBPATH)[0]  # as the browser sends it: the page's own origin, the proxy's
+    r = requests.get(f"{url}/api/kernels/{kid}/channels", stream=True, timeout=30,
+                     headers={**h, "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                              "Sec-WebSocket-Key": key, "Origin": origin})
+    r.close()
+    return r.status_code
+
+
+@pytest.fixture
+def subpath_jupyter(default_build):
+    from gpuforge.engine import containers as run
+
+    t, rec = default_build
+    token = uuid.uuid4().hex
+    with run.container(rec["image_id"], ["jupyter"], env={"NB_PREFIX": SUBPATH, "JUPYTER_TOKEN": token},
+                       ports={8888: None}) as c:
+        wait_http(f"http://127.0.0.1:{c.port(8888)}{SUBPATH}/api/status", headers={"Authorization": f"token {token}"},
+                  running=c, timeout=90)
+        yield t, c, token
+
+
+def test_jupyter_behind_nginx_at_a_sub_path_in_chromium_runs_a_cell(subpath_jupyter, tmp_path):
+    """JupyterLab served under /u/alice/ behind Debian's nginx as a reverse proxy at that sub-path: Chromium opens Lab
+    through the proxy and runs a cell (its kernel websocket goes through the proxy); the handshake answers 101."""
+    t, c, token = subpath_jupyter
+    with _nginx(tmp_path / "nginx", c.port(8888)) as url:
+        opened, out = _run_cell_in_lab(url, token, tmp_path)
+        handshake = _websocket_status(url, token)
+    print(f"\nLab opened through nginx at {SUBPATH}/ in {opened:.1f} s; cell output: {out}")
+    assert out.strip() == f"TORCH {t.expected().torch}", out
+    assert handshake == 101, f"the kernel websocket handshake through nginx answered {handshake}"
+
+
+def test_a_proxy_without_websocket_headers_is_what_breaks_the_kernel(subpath_jupyter, tmp_path):
+    """The broken setting: the same proxy without the Upgrade/Connection headers answers the kernel websocket with
+    400 (what users of sub-path proxies report), while plain HTTP through it still works: the journey above catches it."""
+    _, c, token = subpath_jupyter
+    with _nginx(tmp_path / "nginx", c.port(8888), websocket=False) as url:
+        api = requests.get(f"{url}/api/status", headers={"Authorization": f"token {token}"}, timeout=30).status_code
+        handshake = _websocket_status(url, token)
+    assert api == 200
+    assert handshake == 400, f"a proxy without the upgrade headers answered the websocket handshake with {handshake}"
 
 
 @pytest.fixture
