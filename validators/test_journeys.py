@@ -332,13 +332,19 @@ def test_ssh_and_jupyter_answer_over_ipv6(image, target, tmp_path):
 TROUBLE = re.compile(r"Traceback|\b(ERROR|WARNING|CRITICAL)\b|^\[[WEC] |warning:|error:|Failed to establish|"
                      r"name resolution|Network is unreachable|Max retries exceeded|timed out", re.I | re.M)
 # Reviewed lines that may appear, each with its reason: (pattern, why, only on a host without a GPU)
-WAIVED = ((r"^gpuforge: warning: no NVIDIA driver visible", "the validator's host has no GPU: said once, by design", True),)
+WAIVED = (
+    (r"^gpuforge: warning: no NVIDIA driver visible", "the validator's host has no GPU: said once, by design", True),
+    # jupyter_server says this whenever ServerApp.ip is "" (every address, both stacks: what an IPv6 network needs)
+    # and TLS is off; "0.0.0.0" listens on every IPv4 address just the same without the line. The token is required,
+    # and the boundary is the engine's port publishing (127.0.0.1) or a TLS proxy in front.
+    (r"WARNING: The Jupyter server is listening on all IP addresses and not using encryption\. This is not recommended\.$",
+     "Jupyter's own note on binding every address without TLS, true by design in a container", False),
+)
 
 
 def _modes(pub: str) -> dict:
     """mode: (command, container options, how the host sees it ready: a URL on port 8888/9400 or a log line)."""
     return {"jupyter": (["jupyter"], {"env": {"JUPYTER_TOKEN": TOKEN}}, ("http", 8888, "/api/status")),
-            "lab": (["jupyter", "lab"], {"env": {"JUPYTER_TOKEN": TOKEN}}, ("http", 8888, "/lab")),
             "ssh": (["ssh"], {"user": "root", "env": {"SSH_AUTHORIZED_KEYS": pub}}, ("log", 0, r"Server listening on")),
             "metrics": (["metrics"], {}, ("http", 9400, "/metrics"))}
 
@@ -368,7 +374,7 @@ BAR = 20.0  # ssh and metrics start in 1-3 s
 
 def test_every_mode_starts_with_no_route_out_and_a_clean_log(image, gpu, tmp_path):
     """On an --internal network (no route out, as in a closed cluster) each mode is ready as soon as on the default
-    bridge (the Jupyter modes, timed side by side) or within 20 s (ssh, metrics), and its log holds no traceback,
+    bridge (jupyter, timed side by side) or within 20 s (ssh, metrics), and its log holds no traceback,
     error, warning or refused outbound call beyond the reviewed waivers."""
     pub, _ = _ssh_key(tmp_path)
     waived = [w for w, _, cpu_only in WAIVED if not (cpu_only and gpu)]
