@@ -52,6 +52,11 @@ if [ "${#need[@]}" -gt 0 ] || [ "${#trixie_need[@]}" -gt 0 ]; then
     [ "${#need[@]}" -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
     [ "${#trixie_need[@]}" -eq 0 ] ||
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t trixie --no-install-recommends "${trixie_need[@]}" >/dev/null
+    # nginx is a client of the tests (they run their own, on a free port): the service the package just started on
+    # port 80 of a systemd machine is stopped and disabled; an nginx that was already there is left alone
+    if printf '%s\n' "${need[@]}" | grep -qx nginx-light && [ -d /run/systemd/system ]; then
+        systemctl disable --now nginx >/dev/null 2>&1 || true
+    fi
 fi
 
 # nox, pinned with hashes, in its own venv (Debian's python3 is externally managed)

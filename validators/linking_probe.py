@@ -4,8 +4,8 @@ image's binaries link, printed as one JSON line. It judges nothing: the validato
 - elf: every ELF file under the venv's site-packages and the system folders, resolved with `ldd`. A file in
   site-packages is resolved as Python loads it: beside its own folder, torch/lib and nvidia/*/lib (torch is
   imported first and its extensions find their siblings already loaded).
-- dlopen: every nvidia/*/lib/*.so* and torch/lib/*.so*, opened by path with RTLD_LAZY and with RTLD_NOW, each in a
-  forked child (a library that crashes or pollutes the process takes only its child).
+- dlopen: every nvidia/*/lib/*.so* and torch/lib/*.so*, opened by path with RTLD_NOW (and, when that fails, with
+  RTLD_LAZY, to tell which), each in a forked child (a library that crashes or pollutes the process takes only it).
 - shadows: a file on LD_LIBRARY_PATH or LD_PRELOAD named like a GPU library of the venv (the runtime searches
   LD_LIBRARY_PATH before a library's RUNPATH, e.g. when cuDNN opens its sub-libraries); and, after `import torch`, a
   loaded library of such a name from another path.

@@ -15,7 +15,7 @@ from vutil import py
 PROBE = (Path(__file__).parent / "linking_probe.py").read_text()
 DRIVER = "libcuda.so.1"
 # (file under site-packages, library it may miss, why): libraries the image leaves to the host or to an optional
-# component on purpose. The driver's libcuda is allowed only where the host has none (it is checked where it does).
+# component on purpose. The driver's libcuda is allowed only on a run without GPUs (validate --gpu must load it).
 ALLOWED = (
     ("nvidia/cufile/lib/libcufile_rdma.so*", "libmlx5.so.1", "rdma"),
     ("nvidia/cufile/lib/libcufile_rdma.so*", "librdmacm.so.1", "rdma"),
@@ -29,49 +29,44 @@ WHY = {
     "sox": "torchaudio's optional sox backend, loaded only when libsox is installed (the image has none)",
     "ffmpeg": "torio's optional FFmpeg backends, one per FFmpeg major version, loaded only for an installed FFmpeg "
               "(the image has none)",
-    "driver": "the NVIDIA driver's library, which the container runtime mounts on a GPU node; this host has none",
+    "driver": "the NVIDIA driver's library, which the container runtime mounts on a GPU node; this run asked for no GPU",
 }
 
 
 def _probe(host, timeout, facts, part: str) -> dict:
     r = py(host, PROBE, part, timeout=max(timeout, 300))
     facts.setdefault("linking", {"allowed": []}).update({f"{part}_count": len(r[part]) if part in ("shadows", "links")
-                                                           else r[part]["count"]})
+                                                           else r[part]["count"], "libcuda_loads": r["libcuda"]})
     return r
 
 
 @pytest.fixture(scope="module")
-def elf(host, timeout, facts):
-    return _probe(host, timeout, facts, "elf")
+def linking(host, timeout, facts):
+    """linking(part): the probe's facts for that part, run once per module (a check selected alone pays for its own)."""
+    got: dict[str, dict] = {}
+
+    def part(name: str) -> dict:
+        if name not in got:
+            got[name] = _probe(host, timeout, facts, name)
+        return got[name]
+
+    return part
 
 
-@pytest.fixture(scope="module")
-def dlopen(host, timeout, facts):
-    return _probe(host, timeout, facts, "dlopen")
-
-
-@pytest.fixture(scope="module")
-def loaded(host, timeout, facts):
-    return _probe(host, timeout, facts, "shadows")
-
-
-@pytest.fixture(scope="module")
-def links(host, timeout, facts):
-    return _probe(host, timeout, facts, "links")
-
-
-def _why(site: str, file: str, lib: str, libcuda: bool) -> str | None:
-    """The allowance for `file` missing `lib`, or None."""
-    if lib == DRIVER and not libcuda:
+def _why(site: str, file: str, lib: str, gpu: bool) -> str | None:
+    """The allowance for `file` missing `lib`, or None. The driver's library is allowed only on a run without GPUs:
+    on a GPU run (validate --gpu) the container has the driver, and an image that cannot find it fails."""
+    if lib == DRIVER and not gpu:
         return "driver"
     rel = file.removeprefix(site + "/")
     return next((why for f, lb, why in ALLOWED if fnmatch.fnmatch(rel, f) and fnmatch.fnmatch(lib, lb)), None)
 
 
-def test_every_elf_file_resolves_its_libraries(elf, facts):
-    probe, bad, allowed = elf, [], facts["linking"]["allowed"]
+def test_every_elf_file_resolves_its_libraries(linking, facts, gpu):
+    probe, bad = linking("elf"), []
+    allowed = facts["linking"]["allowed"]
     for u in probe["elf"]["unresolved"]:
-        reasons = {lib: _why(probe["site"], u["file"], lib, probe["libcuda"]) for lib in u["missing"]}
+        reasons = {lib: _why(probe["site"], u["file"], lib, gpu) for lib in u["missing"]}
         if not all(reasons.values()):
             bad.append(f"{u['file']}: {', '.join(lib for lib, why in reasons.items() if not why)} not found")
         else:
@@ -80,11 +75,11 @@ def test_every_elf_file_resolves_its_libraries(elf, facts):
     assert not bad, f"{len(bad)} of {probe['elf']['count']} ELF files do not resolve: " + "; ".join(bad[:12])
 
 
-def test_gpu_libraries_load_lazily_and_eagerly(dlopen):
-    probe, bad = dlopen, []
+def test_gpu_libraries_load_lazily_and_eagerly(linking, gpu):
+    probe, bad = linking("dlopen"), []
     for f in probe["dlopen"]["failed"]:
         lib = f["error"].split(":", 1)[0].strip()
-        if "cannot open shared object file" in f["error"] and _why(probe["site"], f["file"], lib, probe["libcuda"]):
+        if "cannot open shared object file" in f["error"] and _why(probe["site"], f["file"], lib, gpu):
             continue  # the same allowance as the ldd sweep: that library is missing on purpose
         bad.append(f"{f['file']} ({f['mode']}): {f['error'][:240]}")
     lazy_only = sorted({b.split(" (")[0] for b in bad if "(RTLD_NOW)" in b} - {b.split(" (")[0] for b in bad if "(RTLD_LAZY)" in b})
@@ -93,13 +88,14 @@ def test_gpu_libraries_load_lazily_and_eagerly(dlopen):
                                                                  if lazy_only else "") + ": " + "; ".join(bad[:8]))
 
 
-def test_nothing_shadows_the_venv_gpu_libraries(loaded):
-    probe = loaded
-    assert probe["import_error"] is None, f"import torch failed in the probe: {probe['import_error']}"
+def test_nothing_shadows_the_venv_gpu_libraries(linking):
+    probe = linking("shadows")
     lines = [f"{s['by']} shadows {s['of']} ({s['via']})" for s in probe["shadows"]]
+    if probe["import_error"]:  # said after the shadows: a shadowing library is the likelier cause
+        lines.append(f"import torch failed in the probe: {probe['import_error']}")
     assert not lines, "; ".join(lines)
 
 
-def test_no_broken_symlinks(links):
-    bad = [f"{ln['link']} -> {ln['target']}" for ln in links["links"] if not ln["excluded"]]
+def test_no_broken_symlinks(linking):
+    bad = [f"{ln['link']} -> {ln['target']}" for ln in linking("links")["links"] if not ln["excluded"]]
     assert not bad, f"{len(bad)} symbolic links point nowhere: " + "; ".join(bad[:12])

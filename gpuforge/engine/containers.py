@@ -113,8 +113,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     c = engine.client()
     kwargs: dict = {
         "detach": True,
-        "labels": {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: run_id(), OWNER_LABEL: _owner(),
-                   BOOT_LABEL: _boot_id()},
+        "labels": _labels(),
         "environment": env or {},
         "ports": {f"{p}/tcp": ("127.0.0.1", h) for p, h in (ports or {}).items()},
     }
@@ -226,6 +225,23 @@ def _owner(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{_started(pid)}"
 
 
+def _labels() -> dict[str, str]:
+    """What marks a container or network as this run's: gpuforge's, the run id, the owning process and boot."""
+    return {engine.LABEL_OWNER: "gpuforge", RUN_LABEL: run_id(), OWNER_LABEL: _owner(), BOOT_LABEL: _boot_id()}
+
+
+@contextlib.contextmanager
+def network(**kw) -> Iterator:
+    """A bridge network of this run's own (docker network create; `kw`: enable_ipv6, ipam, internal), labelled like
+    its containers, removed on the way out; `sweep` removes one whose run died."""
+    net = engine.client().networks.create(f"gf-{uuid.uuid4().hex[:12]}", driver="bridge", labels=_labels(), **kw)
+    try:
+        yield net
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            net.remove()
+
+
 def owner_alive(owner: str, boot: str = "") -> bool | None:
     """True: the owning process still runs; False: it is gone; None: not ours to judge (another machine or
     pid namespace, or a label this version cannot read)."""
@@ -265,6 +281,7 @@ class Swept:
     removed: int  # containers of gpuforge runs that are gone (or every one, with everything=True)
     alive: int  # kept: their run still runs
     unknown: int  # kept: owned by another host or pid namespace, or unlabelled
+    networks: int = 0  # networks of gpuforge runs that are gone, removed after their containers
 
     def line(self) -> str:
         kept = []
@@ -272,7 +289,8 @@ class Swept:
             kept.append(f"{self.alive} of live runs")
         if self.unknown:
             kept.append(f"{self.unknown} of unknown owner (another host or namespace; --all removes them)")
-        return f"removed {self.removed} gpuforge container(s)" + (f"; kept {', '.join(kept)}" if kept else "")
+        nets = f" and {self.networks} network(s)" if self.networks else ""
+        return f"removed {self.removed} gpuforge container(s){nets}" + (f"; kept {', '.join(kept)}" if kept else "")
 
 
 def sweep(*, everything: bool = False) -> Swept:
@@ -288,7 +306,20 @@ def sweep(*, everything: bool = False) -> Swept:
             alive += 1
         else:
             unknown += 1
-    return Swept(removed, alive, unknown)
+    return Swept(removed, alive, unknown, _sweep_networks(everything))
+
+
+def _sweep_networks(everything: bool) -> int:
+    """Remove gpuforge networks whose owning process is gone (a validator's, killed before its `finally`)."""
+    removed = 0
+    for net in engine.client().networks.list(filters={"label": f"{engine.LABEL_OWNER}=gpuforge"}):
+        labels = net.attrs.get("Labels") or {}
+        owner = labels.get(OWNER_LABEL, "")
+        if everything or (owner and owner_alive(owner, labels.get(BOOT_LABEL, "")) is False):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # in use: a later sweep
+                net.remove()
+                removed += 1
+    return removed
 
 
 def reap() -> int:

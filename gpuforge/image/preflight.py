@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | N
         state, msgs = check(expected, detect())
     except Exception as e:  # never a traceback, never a dead entrypoint: say what broke and start
         print(f"gpuforge: warning: the driver check itself failed ({type(e).__name__}: {e}); starting without it",
-              file=sys.stderr)
+              *shm_lines(), sep="\n", file=sys.stderr)
         return 0
     code, lines = decide(state, msgs, env)
     for line in [*lines, *shm_lines()]:
@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | N
 def shm_lines(path: str = "/dev/shm") -> list[str]:
     """One warning when /dev/shm is under the readiness floor (Docker's default is 64 MB); nothing when it is not, or
     cannot be read (r1 reports that)."""
-    from gpuforge.image import readiness
-
     try:
+        from gpuforge.image import compat, readiness
+
         st = os.statvfs(path)
-        why = readiness.shm_problem(st.f_frsize * st.f_blocks, readiness.bars()["shm_min_bytes"])
-    except (OSError, KeyError, ValueError):
+        why = readiness.shm_problem(st.f_frsize * st.f_blocks, int(compat.data()["readiness"]["shm_min_bytes"]))
+    except Exception:  # a probe that breaks never stops the container (the module's rule); r1 reports the size
         return []
     return [f"gpuforge: warning: {why}"] if why else []
 

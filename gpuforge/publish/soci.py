@@ -14,7 +14,8 @@ How (the soci CLI 0.4.1, Debian trixie's soci-snapshotter package, makes and pus
   5. gpuforge reads the index back from the registry and checks it: it refers to the pushed image (or, for an image
      index, its linux/amd64 manifest), and each zTOC names a layer of that image.
 The soci CLI keeps its index database and zTOCs under /var/lib/soci-snapshotter-grpc (a path 0.4.1 does not let
-one choose); gpuforge holds a lock there while it works and removes its index from that store afterwards.
+one choose); gpuforge holds a lock there while it works and afterwards removes the indexes it made (`soci index rm`)
+and the blobs they added (zTOCs and index manifests that were not there before).
 Needs root (containerd), containerd, ctr and soci. The snapshotter fetches indexes over https only: a plain-http
 registry is written to, but nodes pulling from it fall back to whole pulls.
 """
@@ -28,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -43,6 +45,7 @@ from gpuforge.state import files
 INDEX_TYPE = "application/vnd.amazon.soci.index.v1+json"
 LAYER_DIGEST = "com.amazon.soci.image-layer-digest"
 SOCI_ROOT = Path("/var/lib/soci-snapshotter-grpc")  # the soci CLI's store (fixed in 0.4.1)
+STORE_BLOBS = SOCI_ROOT / "content" / "blobs" / "sha256"  # its indexes and zTOCs, one file per digest
 NAMESPACE = "gpuforge-soci"
 MIN_LAYER = 10 * 1024 * 1024  # soci create's default: smaller layers get no zTOC and are pulled whole
 TOOLS = ("containerd", "ctr", "soci", "skopeo")
@@ -56,7 +59,8 @@ class SociIndex:
 
 
 def refusal() -> str | None:
-    """Why `--compression soci` cannot run here (None: it can); said before anything is pushed."""
+    """Why `--compression soci` cannot run here at all (None: it can); said before anything is pushed. An image with
+    no layer big enough to serve lazily is known only once pushed (compressed sizes): it is refused then, gzip pushed."""
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing:
         return (f"--compression soci needs {', '.join(missing)} (apt-get install containerd skopeo, and soci-snapshotter "
@@ -82,7 +86,8 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
     subject = _image_manifest(reg, ref, manifest)
     big = [x for x in json.loads(subject.body).get("layers", []) if x.get("size", 0) >= MIN_LAYER]
     if not big:
-        msg = f"{ref.at(digest)}: no layer of {MIN_LAYER >> 20} MiB or more, so a SOCI index would serve nothing lazily"
+        msg = (f"{ref.at(digest)} is pushed (gzip), but it has no layer of {MIN_LAYER >> 20} MiB or more, so a SOCI "
+               "index would serve nothing lazily: none was made")
         raise RegistryError(msg)
     work_dir.mkdir(parents=True, exist_ok=True)
     with _soci_store_lock(), tempfile.TemporaryDirectory(prefix="soci-", dir=work_dir) as work, \
@@ -95,6 +100,7 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
             _import(image_dir, subject, name, env, out)
             shutil.rmtree(image_dir)  # in containerd's store now
             before = _indexes(name, env, out)  # an earlier run's, or a snapshotter's, of the same name stay theirs
+            blobs_before = _store_blobs()
             try:
                 _run(["soci", "create", name], env, out, f"soci create {name}")
                 with auth_file(auth, ref.registry) as af:
@@ -107,28 +113,34 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
                 with contextlib.suppress(RegistryError):  # a failure above is the one to report
                     for d in sorted(_indexes(name, env, out) - before):
                         _run(["soci", "index", "rm", d], env, out, "soci index rm", check=False)
+                for blob in _store_blobs() - blobs_before:  # `index rm` keeps the zTOCs: the ones made here go
+                    (STORE_BLOBS / blob).unlink(missing_ok=True)
     made = re.search(r"pushing soci index with digest: (sha256:[0-9a-f]{64})", said)
     if not made:
         msg = f"soci push {name} did not say which index it pushed; log: {log}"
         raise RegistryError(msg)
-    got = check(reg, ref, subject)
-    if got.digest != made.group(1):
-        msg = (f"{ref.at(digest)}: the registry's newest SOCI index is {got.digest[:19]}, not {made.group(1)[:19]}, "
-               "the one pushed")
+    got = _checked(reg, ref, subject, made.group(1))
+    if check(reg, ref, subject).digest != got.digest:
+        msg = f"{ref.at(digest)}: the registry's newest SOCI index is not {got.digest[:19]}, the one pushed"
         raise RegistryError(msg)
     return got
 
 
 def check(reg: Registry, ref: ImageRef, subject: Manifest) -> SociIndex:
-    """The SOCI index the registry holds for the image manifest `subject`, checked against that image."""
+    """The SOCI index the registry holds for the image manifest `subject`, found where the snapshotter looks (the
+    referrers tag `sha256-<hex>`, else the OCI 1.1 referrers API) and checked against that image."""
     listing = reg.manifest(ref.bare().with_tag(referrers_tag(subject.digest)))
-    entries = [d for d in json.loads(listing.body).get("manifests", [])
-               if d.get("artifactType") == INDEX_TYPE] if listing else []
+    entries = ([d for d in json.loads(listing.body).get("manifests", []) if d.get("artifactType") == INDEX_TYPE]
+               if listing else reg.referrers(ref, subject.digest, INDEX_TYPE) or [])
     if not entries:
         msg = f"{ref.at(subject.digest)}: the registry holds no SOCI index referring to it"
         raise RegistryError(msg)
     newest = entries[-1]["digest"]  # the referrers tag lists in push order
-    m = reg.manifest(ref.pinned(newest))
+    return _checked(reg, ref, subject, newest)
+
+
+def _checked(reg: Registry, ref: ImageRef, subject: Manifest, index: str) -> SociIndex:
+    m = reg.manifest(ref.pinned(index))
     doc = json.loads(m.body) if m else {}
     layers = {x["digest"] for x in json.loads(subject.body).get("layers", [])}
     named = [(x.get("annotations") or {}).get(LAYER_DIGEST) for x in doc.get("layers", [])]
@@ -137,9 +149,9 @@ def check(reg: Registry, ref: ImageRef, subject: Manifest) -> SociIndex:
     why = why or (None if (doc.get("config") or {}).get("mediaType") == INDEX_TYPE else "is not a SOCI index v1")
     why = why or (None if named and all(n in layers for n in named) else "has zTOCs of layers this image lacks")
     if why:
-        msg = f"{ref.at(subject.digest)}: SOCI index {newest[:19]} {why}"
+        msg = f"{ref.at(subject.digest)}: SOCI index {index[:19]} {why}"
         raise RegistryError(msg)
-    return SociIndex(digest=newest, subject=subject.digest, ztocs=len(named))
+    return SociIndex(digest=index, subject=subject.digest, ztocs=len(named))
 
 
 def _image_manifest(reg: Registry, ref: ImageRef, m: Manifest) -> Manifest:
@@ -156,6 +168,14 @@ def _image_manifest(reg: Registry, ref: ImageRef, m: Manifest) -> Manifest:
     return sub
 
 
+def _store_blobs() -> set[str]:
+    """The blobs in the soci CLI's content store now (those of another index, or of a snapshotter, stay)."""
+    try:
+        return set(os.listdir(STORE_BLOBS))
+    except OSError:
+        return set()
+
+
 def _ca(host: str) -> Path | None:
     ca = Path("/etc/docker/certs.d") / host / "ca.crt"  # where docker and skopeo find a registry's private CA
     return ca if ca.is_file() else None
@@ -163,6 +183,8 @@ def _ca(host: str) -> Path | None:
 
 def _tls(host: str, auth: RegistryAuth) -> list[str]:
     if insecure(host, auth):
+        print(f"gpuforge: warning: {host} is spoken to over plain HTTP; the SOCI snapshotter fetches indexes over https "
+              "only, so nodes pulling from it pull whole", file=sys.stderr, flush=True)
         return ["--plain-http"]
     return ["--tlscacert", str(ca)] if (ca := _ca(host)) else []
 
@@ -190,16 +212,24 @@ def _soci_store_lock() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _containerd(work: Path) -> Iterator[str]:
-    """A containerd of this push's own (root under `work`, socket under /run: unix socket paths are short), stopped
-    and removed on the way out, also after an error or Ctrl-C."""
+    """A containerd of this push's own (root under `work`, socket under /run: unix socket paths are short). It dies
+    with this process (SIGKILL included), and is stopped and removed on the way out, also after an error or Ctrl-C."""
+    from gpuforge.validate.pytest_run import die_with_parent  # one home for "a child never outlives gpuforge"
+
     run = Path(tempfile.mkdtemp(prefix="gpuforge-soci-", dir="/run" if os.access("/run", os.W_OK) else None))
-    sock = str(run / "containerd.sock")
-    cfg = work / "containerd.toml"
-    cfg.write_text(f'version = 2\nroot = "{work / "containerd"}"\nstate = "{run / "state"}"\n'
-                   f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{sock}"\n')
-    proc = subprocess.Popen(["containerd", "--config", str(cfg)], stdout=open(work / "containerd.log", "wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = None
     try:
+        sock = str(run / "containerd.sock")
+        try:
+            cfg = work / "containerd.toml"
+            cfg.write_text(f'version = 2\nroot = "{work / "containerd"}"\nstate = "{run / "state"}"\n'
+                           f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{sock}"\n')
+            with open(work / "containerd.log", "wb") as log:
+                proc = subprocess.Popen(["containerd", "--config", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+        except OSError as e:
+            msg = f"the private containerd for the SOCI index did not start: {e}"
+            raise RegistryError(msg) from None
         t_end = time.monotonic() + 60
         while subprocess.run(["ctr", "-a", sock, "version"], capture_output=True, check=False).returncode != 0:
             if proc.poll() is not None or time.monotonic() > t_end:
@@ -209,12 +239,13 @@ def _containerd(work: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield sock
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         shutil.rmtree(run, ignore_errors=True)
 
 
@@ -243,6 +274,11 @@ def _import(image_dir: Path, subject: Manifest, name: str, env: dict, out) -> No
                 tar.add(str(image_dir / hexd), arcname=f"blobs/sha256/{hexd}")
     except BrokenPipeError:
         pass  # ctr stopped reading: its exit status says why
+    except OSError as e:  # a blob skopeo's copy lacks
+        p.kill()
+        p.wait()
+        msg = f"ctr images import of {name}: {e}"
+        raise RegistryError(msg) from None
     finally:
         with contextlib.suppress(BrokenPipeError):
             p.stdin.close()
@@ -257,7 +293,11 @@ def _indexes(name: str, env: dict, out) -> set[str]:
 
 
 def _run(argv: list[str], env: dict, out, what: str, *, check: bool = True) -> str:
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=3600)
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        msg = f"{what} failed: {type(e).__name__}: {str(e)[:300]}; log: {out.name}"
+        raise RegistryError(msg) from None
     out.write(f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}")
     out.flush()
     if check and r.returncode != 0:

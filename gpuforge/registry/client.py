@@ -208,6 +208,44 @@ class Registry:
         if r.returncode != 0:
             _fail(r, ref.registry, f"GET {_named(ref)} and its blobs")
 
+    def referrers(self, ref: ImageRef, digest: str, artifact_type: str) -> list[dict] | None:
+        """The descriptors the OCI 1.1 referrers API lists for `digest` (of `artifact_type`), or None when the registry
+        has no such API (distribution 2.8 answers 404: its referrers live in the `sha256-<hex>` tag instead). skopeo
+        does not speak this API, so it is asked here, with the same credentials (basic, or a bearer token for pull)."""
+        import requests
+
+        host = ref.registry
+        loopback = insecure(host, ANONYMOUS)  # plain HTTP, as skopeo speaks to it
+        url = f"{'http' if loopback else 'https'}://{host}/v2/{ref.repository}/referrers/{digest}"
+        ca = Path("/etc/docker/certs.d") / host / "ca.crt"
+        verify: bool | str = False if self.auth.insecure else str(ca) if ca.is_file() else True
+        creds = credentials(host, self.auth)
+        try:
+            r = requests.get(url, params={"artifactType": artifact_type}, auth=creds, verify=verify, timeout=30)
+            challenge = r.headers.get("WWW-Authenticate", "")
+            if r.status_code == 401 and challenge.lower().startswith("bearer "):
+                fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+                tok = requests.get(fields.get("realm", ""), auth=creds, verify=verify, timeout=30,
+                                   params={"service": fields.get("service", ""),
+                                           "scope": f"repository:{ref.repository}:pull"})
+                token = tok.json().get("token") or tok.json().get("access_token") if tok.ok else None
+                if token:
+                    r = requests.get(url, params={"artifactType": artifact_type}, verify=verify, timeout=30,
+                                     headers={"Authorization": f"Bearer {token}"})
+        except (requests.RequestException, ValueError) as e:
+            msg = f"registry {host}: GET referrers of {ref.repository}@{digest[:19]}: {type(e).__name__}: {str(e)[:200]}"
+            raise RegistryError(msg) from None
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            msg = f"registry {host}: GET referrers of {ref.repository}@{digest[:19]} answered {r.status_code}"
+            raise RegistryError(msg)
+        try:
+            return [d for d in r.json().get("manifests", []) if d.get("artifactType") == artifact_type]
+        except (ValueError, AttributeError):
+            msg = f"registry {host}: the referrers of {ref.repository}@{digest[:19]} are not an OCI index"
+            raise RegistryError(msg) from None
+
     def copy(self, src: ImageRef, tag: str) -> None:
         """Point `tag` of src's repository at the manifest src's digest names, bytes unchanged (no layer moves
         within one repository)."""

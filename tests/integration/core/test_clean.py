@@ -126,3 +126,40 @@ def test_owners_from_before_a_reboot_go_and_other_hosts_stay_then_all_removes_ev
     finally:
         live.stdin.close()
         live.wait(timeout=60)
+
+
+# A gpuforge run that holds one network of its own (a validator's IPv6 or closed network) until stdin closes.
+NET_OWNER = """
+import sys
+from gpuforge.engine import containers as run
+with run.network(internal=True) as n:
+    print(n.id, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_clean_removes_the_network_of_a_killed_run_and_keeps_a_live_ones(docker_engine):
+    def owner() -> tuple[subprocess.Popen, str]:
+        p = subprocess.Popen([sys.executable, "-c", NET_OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        nid = p.stdout.readline().strip()
+        assert nid, p.stderr.read()
+        return p, nid
+
+    live, live_id = owner()
+    dead, dead_id = owner()
+    try:
+        dead.send_signal(signal.SIGKILL)  # its `finally` never runs: the network stays, as after an OOM kill
+        dead.wait()
+        docker_engine.networks.get(dead_id)
+        line = _clean()
+        assert "network(s)" in line, line
+        docker_engine.networks.get(live_id)  # a live run's network stays
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.networks.get(dead_id)
+    finally:
+        live.stdin.close()  # the live owner ends normally and removes its own network
+        live.wait(timeout=60)
+        dead.kill()
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.networks.get(live_id)

@@ -145,6 +145,7 @@ http {{
       proxy_http_version 1.1;
       proxy_set_header Host $http_host;
       proxy_read_timeout 3600s;
+      proxy_buffering off;
 {websocket}    }}
   }}
 }}
@@ -162,13 +163,24 @@ def _nginx(d: Path, upstream: int, *, websocket: bool = True):
     (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, sub=SUBPATH, upstream=upstream,
                                                     websocket=WEBSOCKET if websocket else ""))
     p = subprocess.Popen([exe, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        wait_http(f"http://127.0.0.1:{port}/", ok=(404,), timeout=30)  # up: nothing is served beside the sub-path
+        if _answers_404(f"http://127.0.0.1:{port}/", p) is False:  # up: nothing is served beside the sub-path
+            pytest.fail(f"nginx did not come up: {(d / 'error.log').read_text(errors='replace')[-1500:]}")
         yield f"http://127.0.0.1:{port}{SUBPATH}"
     finally:
         p.terminate()
         p.wait(10)
+
+
+def _answers_404(url: str, proc: subprocess.Popen, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url, timeout=3).status_code == 404:
+                return True
+        time.sleep(0.2)
+    return False
 
 
 def _websocket_status(url: str, token: str) -> int:

@@ -33,14 +33,22 @@ def _index(subject: str = IMAGE.digest, config: str = soci.INDEX_TYPE, layers: l
 
 
 class FakeRegistry:
-    def __init__(self, *indexes: Manifest):
+    """Manifests by reference; the index list in the referrers tag (distribution 2.8), or with api=True behind the
+    OCI 1.1 referrers API (no tag: what oras leaves on such a registry)."""
+
+    def __init__(self, *indexes: Manifest, api: bool = False):
         self.held = {str(REF.pinned(i.digest)): i for i in indexes}
-        if indexes:
-            self.held[str(REF.bare().with_tag(soci.referrers_tag(IMAGE.digest)))] = _m(
-                {"manifests": [{"digest": i.digest, "artifactType": soci.INDEX_TYPE} for i in indexes]})
+        self.listed = [{"digest": i.digest, "artifactType": soci.INDEX_TYPE} for i in indexes]
+        self.api = api
+        if indexes and not api:
+            self.held[str(REF.bare().with_tag(soci.referrers_tag(IMAGE.digest)))] = _m({"manifests": self.listed})
 
     def manifest(self, ref: ImageRef) -> Manifest | None:
         return self.held.get(str(ref))
+
+    def referrers(self, ref: ImageRef, digest: str, artifact_type: str) -> list[dict] | None:
+        return [d for d in self.listed if d["artifactType"] == artifact_type] if self.api and digest == IMAGE.digest \
+            else None
 
 
 def test_an_index_of_this_image_is_accepted_and_the_newest_wins():
@@ -58,6 +66,11 @@ def test_an_index_of_this_image_is_accepted_and_the_newest_wins():
 def test_a_wrong_index_is_refused_with_its_reason(index, why):
     with pytest.raises(RegistryError, match=why):
         soci.check(FakeRegistry(index), REF, IMAGE)
+
+
+def test_an_index_behind_the_referrers_api_is_found_without_the_tag():
+    new = _index()
+    assert soci.check(FakeRegistry(new, api=True), REF, IMAGE).digest == new.digest
 
 
 def test_no_index_at_all_is_refused():
