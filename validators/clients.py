@@ -70,6 +70,17 @@ def wait_http(url: str, *, timeout: float = 90, ok=(200,), headers: dict | None 
         time.sleep(0.5)
 
 
+def answered(url: str, seconds: float, *, headers: dict | None = None, alive=None) -> int | None:
+    """The HTTP status `url` first answered within `seconds`, or None (no answer, or `alive()` turned false: the
+    server's process ended). For a check that says itself what no answer means; wait_http fails instead."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (alive is None or alive()):
+        with contextlib.suppress(requests.RequestException):
+            return requests.get(url, headers=headers, timeout=3).status_code
+        time.sleep(0.2)
+    return None
+
+
 @contextlib.contextmanager
 def tunnel(argv: list[str], local_port: int, timeout: float = 30):
     """An `ssh -N -L` process, up when its local port accepts; always ended."""

@@ -9,7 +9,6 @@ own template (the venv's path, clients.VENV), never from the image under test.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
@@ -20,7 +19,7 @@ import uuid
 import pytest
 import requests
 
-from clients import SSH_OPTS, VENV, free_port, key_file, openssh, simple_index, ssh_argv, tunnel, wait_http, wheel
+from clients import SSH_OPTS, VENV, answered, free_port, key_file, openssh, simple_index, ssh_argv, tunnel, wait_http, wheel
 from vutil import processes, sh
 
 TOKEN = uuid.uuid4().hex
@@ -276,16 +275,6 @@ def _address(c, net, key: str = "IPAddress") -> str:
     return c.container.attrs["NetworkSettings"]["Networks"][net.name][key]
 
 
-def _answers(url: str, seconds: float, headers: dict | None = None) -> int | None:
-    """The status `url` answered within `seconds`, or None."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with contextlib.suppress(requests.RequestException):
-            return requests.get(url, headers=headers, timeout=3).status_code
-        time.sleep(0.5)
-    return None
-
-
 def _ssh_key(tmp_path):
     import paramiko
 
@@ -308,7 +297,7 @@ def test_ssh_and_jupyter_answer_over_ipv6(image, target, tmp_path):
         with _jupyter(image, ["jupyter"], network=net.name) as c:
             wait_http(f"http://127.0.0.1:{c.port(8888)}/api/status", headers=AUTH, running=c)  # up (IPv4)
             ip6 = _address(c, net, "GlobalIPv6Address")
-            jupyter = _answers(f"http://[{ip6}]:8888/api/status", 10, headers=AUTH)
+            jupyter = answered(f"http://[{ip6}]:8888/api/status", 10, headers=AUTH)
         with _run().container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, network=net.name) as c:
             c.wait_for_log(r"Server listening on", timeout=60)
             ssh_ip6 = _address(c, net, "GlobalIPv6Address")
@@ -354,7 +343,7 @@ def _ready_seconds(image: str, mode: tuple, net=None) -> tuple[float, str]:
             c.wait_for_log(what, timeout=120)
         else:
             where = f"{_address(c, net)}:{port}" if net else f"127.0.0.1:{c.port(port)}"
-            got = _answers(f"http://{where}{what}", 120, headers=AUTH)
+            got = answered(f"http://{where}{what}", 120, headers=AUTH)
             assert got == 200, f"{' '.join(command)}: {what} answered {got} ({c.logs()[-800:]})"
         seconds = time.monotonic() - t0
         time.sleep(2)  # what it does right after ready is part of its start

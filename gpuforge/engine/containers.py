@@ -297,9 +297,7 @@ def sweep(*, everything: bool = False) -> Swept:
     """Remove gpuforge containers whose owning process is gone (every gpuforge container with `everything`)."""
     removed = alive = unknown = 0
     for cont in leftovers():
-        labels = cont.labels or {}
-        owner = labels.get(OWNER_LABEL, "")
-        state = False if everything else (owner_alive(owner, labels.get(BOOT_LABEL, "")) if owner else None)
+        state = _alive(cont.labels or {}, everything)
         if state is False:
             removed += _remove(cont)
         elif state:
@@ -309,13 +307,17 @@ def sweep(*, everything: bool = False) -> Swept:
     return Swept(removed, alive, unknown, _sweep_networks(everything))
 
 
+def _alive(labels: dict, everything: bool) -> bool | None:
+    """Whether the run that labelled a container or network still runs (False with `everything`; None: unknown)."""
+    owner = labels.get(OWNER_LABEL, "")
+    return False if everything else (owner_alive(owner, labels.get(BOOT_LABEL, "")) if owner else None)
+
+
 def _sweep_networks(everything: bool) -> int:
     """Remove gpuforge networks whose owning process is gone (a validator's, killed before its `finally`)."""
     removed = 0
     for net in engine.client().networks.list(filters={"label": f"{engine.LABEL_OWNER}=gpuforge"}):
-        labels = net.attrs.get("Labels") or {}
-        owner = labels.get(OWNER_LABEL, "")
-        if everything or (owner and owner_alive(owner, labels.get(BOOT_LABEL, "")) is False):
+        if _alive(net.attrs.get("Labels") or {}, everything) is False:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):  # in use: a later sweep
                 net.remove()
                 removed += 1

@@ -101,15 +101,9 @@ def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, au
 
 
 def _layers(reg: Registry, ref: ImageRef, m) -> list[str]:
-    """The layer media types of the image manifest (an index's linux manifest)."""
-    doc = json.loads(m.body)
-    if "manifests" in doc:
-        plat = [d for d in doc["manifests"] if d.get("platform", {}).get("os") == "linux"]
-        if not plat:
-            return []
-        sub = reg.manifest(ref.pinned(plat[0]["digest"]))
-        doc = json.loads(sub.body) if sub else {}
-    return [layer.get("mediaType", "") for layer in doc.get("layers", [])]
+    """The layer media types of the image manifest (an index's linux/amd64 manifest; [] when it has none)."""
+    image = reg.image_manifest(ref, m)
+    return [layer.get("mediaType", "") for layer in json.loads(image.body).get("layers", [])] if image else []
 
 
 def check(compression: str) -> None:

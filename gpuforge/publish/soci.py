@@ -39,7 +39,7 @@ from pathlib import Path
 
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.registry.client import Manifest, Registry, RegistryAuth, auth_file, insecure
+from gpuforge.registry.client import Manifest, Registry, RegistryAuth, auth_file, insecure, private_ca
 from gpuforge.state import files
 
 INDEX_TYPE = "application/vnd.amazon.soci.index.v1+json"
@@ -83,7 +83,10 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
     if manifest is None:
         msg = f"{ref.at(digest)}: the registry does not hold the image to index"
         raise RegistryError(msg)
-    subject = _image_manifest(reg, ref, manifest)
+    subject = reg.image_manifest(ref, manifest)
+    if subject is None:
+        msg = f"{ref.at(digest)}: an image index with no linux/amd64 image to index"
+        raise RegistryError(msg)
     big = [x for x in json.loads(subject.body).get("layers", []) if x.get("size", 0) >= MIN_LAYER]
     if not big:
         msg = (f"{ref.at(digest)} is pushed (gzip), but it has no layer of {MIN_LAYER >> 20} MiB or more, so a SOCI "
@@ -119,24 +122,28 @@ def index_pushed(ref: ImageRef, digest: str, auth: RegistryAuth, work_dir: Path,
     if not made:
         msg = f"soci push {name} did not say which index it pushed; log: {log}"
         raise RegistryError(msg)
-    got = _checked(reg, ref, subject, made.group(1))
-    if check(reg, ref, subject).digest != got.digest:
-        msg = f"{ref.at(digest)}: the registry's newest SOCI index is not {got.digest[:19]}, the one pushed"
+    if _newest_listed(reg, ref, subject) != made.group(1):
+        msg = f"{ref.at(digest)}: the registry's newest SOCI index is not {made.group(1)[:19]}, the one pushed"
         raise RegistryError(msg)
-    return got
+    return _checked(reg, ref, subject, made.group(1))
 
 
 def check(reg: Registry, ref: ImageRef, subject: Manifest) -> SociIndex:
-    """The SOCI index the registry holds for the image manifest `subject`, found where the snapshotter looks (the
-    referrers tag `sha256-<hex>`, else the OCI 1.1 referrers API) and checked against that image."""
+    """The SOCI index the registry holds for the image manifest `subject`, found where the snapshotter looks, and
+    checked against that image."""
+    return _checked(reg, ref, subject, _newest_listed(reg, ref, subject))
+
+
+def _newest_listed(reg: Registry, ref: ImageRef, subject: Manifest) -> str:
+    """The digest of the newest SOCI index listed for `subject` in the referrers tag `sha256-<hex>`, else by the OCI
+    1.1 referrers API."""
     listing = reg.manifest(ref.bare().with_tag(referrers_tag(subject.digest)))
     entries = ([d for d in json.loads(listing.body).get("manifests", []) if d.get("artifactType") == INDEX_TYPE]
                if listing else reg.referrers(ref, subject.digest, INDEX_TYPE) or [])
     if not entries:
         msg = f"{ref.at(subject.digest)}: the registry holds no SOCI index referring to it"
         raise RegistryError(msg)
-    newest = entries[-1]["digest"]  # the referrers tag lists in push order
-    return _checked(reg, ref, subject, newest)
+    return entries[-1]["digest"]  # the referrers tag lists in push order
 
 
 def _checked(reg: Registry, ref: ImageRef, subject: Manifest, index: str) -> SociIndex:
@@ -154,20 +161,6 @@ def _checked(reg: Registry, ref: ImageRef, subject: Manifest, index: str) -> Soc
     return SociIndex(digest=index, subject=subject.digest, ztocs=len(named))
 
 
-def _image_manifest(reg: Registry, ref: ImageRef, m: Manifest) -> Manifest:
-    """The single-platform manifest SOCI indexes: `m`, or an image index's linux/amd64 entry."""
-    doc = json.loads(m.body)
-    if "manifests" not in doc:
-        return m
-    plat = [d for d in doc["manifests"] if (d.get("platform") or {}).get("os") == "linux"
-            and (d.get("platform") or {}).get("architecture") == "amd64"]
-    sub = reg.manifest(ref.pinned(plat[0]["digest"])) if plat else None
-    if sub is None:
-        msg = f"{ref.at(m.digest)}: an image index with no linux/amd64 image to index"
-        raise RegistryError(msg)
-    return sub
-
-
 def _store_blobs() -> set[str]:
     """The blobs in the soci CLI's content store now (those of another index, or of a snapshotter, stay)."""
     try:
@@ -176,24 +169,19 @@ def _store_blobs() -> set[str]:
         return set()
 
 
-def _ca(host: str) -> Path | None:
-    ca = Path("/etc/docker/certs.d") / host / "ca.crt"  # where docker and skopeo find a registry's private CA
-    return ca if ca.is_file() else None
-
-
 def _tls(host: str, auth: RegistryAuth) -> list[str]:
     if insecure(host, auth):
         print(f"gpuforge: warning: {host} is spoken to over plain HTTP; the SOCI snapshotter fetches indexes over https "
               "only, so nodes pulling from it pull whole", file=sys.stderr, flush=True)
         return ["--plain-http"]
-    return ["--tlscacert", str(ca)] if (ca := _ca(host)) else []
+    return ["--tlscacert", str(ca)] if (ca := private_ca(host)) else []
 
 
 def _tls_env(host: str, work: Path) -> dict[str, str]:
     """soci 0.4.1 checks the registry's referrers with Go's default HTTP client, which ignores --tlscacert: the
     private CA joins the system ones through SSL_CERT_DIR, a colon-separated list of folders Go reads every
     certificate from. certs.d's folder is named HOST:PORT, so the CA goes in through a copy in a folder of our own."""
-    ca = _ca(host)
+    ca = private_ca(host)
     if ca is None:
         return {}
     own = work / "registry-ca"

@@ -93,6 +93,12 @@ def auth_file(auth: RegistryAuth, *hosts: str) -> Iterator[str | None]:
         yield str(p)
 
 
+def private_ca(host: str) -> Path | None:
+    """A registry's private CA where docker and skopeo find it (/etc/docker/certs.d/HOST[:PORT]/ca.crt), or None."""
+    ca = Path("/etc/docker/certs.d") / host / "ca.crt"
+    return ca if ca.is_file() else None
+
+
 def skopeo(args: list[str], what: str, host: str) -> subprocess.CompletedProcess:
     exe = shutil.which("skopeo")
     if not exe:
@@ -191,6 +197,16 @@ class Registry:
             msg = f"registry {ref.registry}: the tag list of {ref.repository} is not JSON"
             raise RegistryError(msg) from None
 
+    def image_manifest(self, ref: ImageRef, m: Manifest) -> Manifest | None:
+        """The single-platform manifest `m` stands for: `m` itself, or an image index's linux/amd64 entry (None: the
+        index has none; its attestation manifests are platform unknown/unknown)."""
+        doc = json.loads(m.body)
+        if "manifests" not in doc:
+            return m
+        plat = [d for d in doc["manifests"] if (d.get("platform") or {}).get("os") == "linux"
+                and (d.get("platform") or {}).get("architecture") == "amd64"]
+        return self.manifest(ref.pinned(plat[0]["digest"])) if plat else None
+
     def config(self, ref: ImageRef) -> dict:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
         what = f"GET config of {ref.repository}@{str(ref.digest)[:19]}"
@@ -217,8 +233,8 @@ class Registry:
         host = ref.registry
         loopback = insecure(host, ANONYMOUS)  # plain HTTP, as skopeo speaks to it
         url = f"{'http' if loopback else 'https'}://{host}/v2/{ref.repository}/referrers/{digest}"
-        ca = Path("/etc/docker/certs.d") / host / "ca.crt"
-        verify: bool | str = False if self.auth.insecure else str(ca) if ca.is_file() else True
+        ca = private_ca(host)
+        verify: bool | str = False if self.auth.insecure else str(ca) if ca else True
         creds = credentials(host, self.auth)
         try:
             r = requests.get(url, params={"artifactType": artifact_type}, auth=creds, verify=verify, timeout=30)
@@ -228,7 +244,8 @@ class Registry:
                 tok = requests.get(fields.get("realm", ""), auth=creds, verify=verify, timeout=30,
                                    params={"service": fields.get("service", ""),
                                            "scope": f"repository:{ref.repository}:pull"})
-                token = tok.json().get("token") or tok.json().get("access_token") if tok.ok else None
+                body = tok.json() if tok.ok else {}
+                token = body.get("token") or body.get("access_token")
                 if token:
                     r = requests.get(url, params={"artifactType": artifact_type}, verify=verify, timeout=30,
                                      headers={"Authorization": f"Bearer {token}"})

@@ -46,12 +46,14 @@ def base_image(docker_engine):
     return t.base_image
 
 
-def _owner(image: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-c", OWNER, image], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def _owner(*args: str, env: dict | None = None, script: str = OWNER) -> tuple[subprocess.Popen, str]:
+    """A gpuforge run holding what `script` makes (a container of image args[0], or a network) until its stdin closes:
+    (the process, the id it printed)."""
+    p = subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT)
-    cid = p.stdout.readline().strip()
-    assert cid, p.stderr.read()
-    return p, cid
+    made = p.stdout.readline().strip()
+    assert made, p.stderr.read()
+    return p, made
 
 
 def _clean(*args: str, env: dict | None = None) -> str:
@@ -114,7 +116,7 @@ def test_owners_from_before_a_reboot_go_and_other_hosts_stay_then_all_removes_ev
     before_reboot = _labelled(eng, run._owner(), "00000000-0000-0000-0000-000000000000")  # this very process, another boot
     other_host = _labelled(eng, f"another-runner:{pid}:{started}", run._boot_id())
     unlabelled = eng.client.containers.create(_base(eng), ["true"], labels={engine.LABEL_OWNER: "gpuforge"}).id
-    live, live_id = _owner(_base(eng), env)
+    live, live_id = _owner(_base(eng), env=env)
     try:
         line = _clean(env=env)
         assert line == ("removed 1 gpuforge container(s); kept 1 of live runs, 2 of unknown owner "
@@ -139,15 +141,8 @@ with run.network(internal=True) as n:
 
 
 def test_clean_removes_the_network_of_a_killed_run_and_keeps_a_live_ones(docker_engine):
-    def owner() -> tuple[subprocess.Popen, str]:
-        p = subprocess.Popen([sys.executable, "-c", NET_OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        nid = p.stdout.readline().strip()
-        assert nid, p.stderr.read()
-        return p, nid
-
-    live, live_id = owner()
-    dead, dead_id = owner()
+    live, live_id = _owner(script=NET_OWNER)
+    dead, dead_id = _owner(script=NET_OWNER)
     try:
         dead.send_signal(signal.SIGKILL)  # its `finally` never runs: the network stays, as after an OOM kill
         dead.wait()

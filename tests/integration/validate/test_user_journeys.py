@@ -25,7 +25,7 @@ from conftest import ROOT, need
 pytestmark = pytest.mark.docker
 sys.path.insert(0, str(ROOT / "validators"))
 
-from clients import SSH_OPTS, free_port, tunnel, wait_http  # noqa: E402
+from clients import SSH_OPTS, answered, free_port, tunnel, wait_http  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # promtool's lint on dcgm-exporter's own names: the findings we keep on purpose (names stay dcgm-exporter's)
@@ -165,22 +165,12 @@ def _nginx(d: Path, upstream: int, *, websocket: bool = True):
     p = subprocess.Popen([exe, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        if _answers_404(f"http://127.0.0.1:{port}/", p) is False:  # up: nothing is served beside the sub-path
+        if answered(f"http://127.0.0.1:{port}/", 30, alive=lambda: p.poll() is None) != 404:  # up: only the sub-path
             pytest.fail(f"nginx did not come up: {(d / 'error.log').read_text(errors='replace')[-1500:]}")
         yield f"http://127.0.0.1:{port}{SUBPATH}"
     finally:
         p.terminate()
         p.wait(10)
-
-
-def _answers_404(url: str, proc: subprocess.Popen, seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        with contextlib.suppress(requests.RequestException):
-            if requests.get(url, timeout=3).status_code == 404:
-                return True
-        time.sleep(0.2)
-    return False
 
 
 def _websocket_status(url: str, token: str) -> int:
