@@ -161,11 +161,19 @@ def test_nvrtc_jiterator(smoke, thresholds):
     assert not problems, "; ".join(problems)
 
 
-def test_aotinductor_package_round_trip(smoke, thresholds):
+def test_aotinductor_package_round_trip(smoke, thresholds, target):
     """Python: package, load in a fresh process, compare with eager; devel images: also a C++ loader."""
     problems = verdict.aoti(_ok(smoke, "aoti"), thresholds)
-    if "aoti_cpp" in smoke:
+    if target.get("flavor") == "devel":
         problems += [f"the C++ loader: {p}" for p in verdict.aoti(_ok(smoke, "aoti_cpp"), thresholds)]
+    assert not problems, "; ".join(problems)
+
+
+def test_devel_cuda_extension_runs(smoke, thresholds, target):
+    """devel: a load_inline extension whose NVRTC-compiled kernel runs on torch's stream and matches fp64 eager."""
+    if target.get("flavor") != "devel":
+        pytest.skip("a runtime image promises no extension builds (devel images do)")
+    problems = verdict.cuda_extension(_ok(smoke, "cuda_extension"), thresholds)
     assert not problems, "; ".join(problems)
 
 

@@ -41,6 +41,7 @@ class Variant:
     pythons: tuple[str, ...]
     unconfirmed: bool = False
     cuda_headers: str | None = None  # the nvcc wheel (name==version) whose crt/ headers a runtime CUDA_HOME takes
+    toolkit_wheels: tuple[str, ...] = ()  # name==version: what a devel image built from wheels adds (ptxas, NVVM, CCCL)
 
     @property
     def torch_local_version(self) -> str:
@@ -81,6 +82,7 @@ def variant(torch: str, cuda: str) -> Variant | None:
         pythons=tuple(rel["python"]),
         unconfirmed=bool(v.get("unconfirmed", False)),
         cuda_headers=v.get("cuda_headers"),
+        toolkit_wheels=tuple(v.get("toolkit_wheels", ())),
     )
 
 
@@ -140,6 +142,9 @@ def problems(*, torch: str, cuda: str, python: str, os_name: str, source: str, f
         _, why = cuda_image(cuda, flavor, os_name, cuda_base_template)
         if why:
             out.append(why)
+    elif flavor == "devel" and not v.toolkit_wheels:
+        out.append(f"no CUDA toolkit wheels are known for torch {torch} {v.name}, so a devel image cannot be built "
+                   f"from wheels (use source: cuda-base)")
     return out
 
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+_PIN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}==[0-9][0-9.]{0,31}")
 _ARCH = re.compile(r"sm_[0-9]{2,3}[a-z]?|compute_[0-9]{2,3}[a-z]?")
 WHAT_TO_DO = "regenerate it with `gpuforge generate` (or pass the image's /opt/gpuforge/target.json)"
 
@@ -47,6 +48,7 @@ class Expected:
     size_budget_gb: float | None = None
     arch_list: tuple[str, ...] | None = None
     ptx: tuple[str, ...] = ()
+    toolkit: tuple[str, ...] | None = None  # devel from wheels: the CUDA toolkit wheels it adds, name==version
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -120,6 +122,11 @@ def _field(key: str, value: object, source: str, text: bool):
         items = value.split(",") if isinstance(value, str) and text else value
         if not isinstance(items, list | tuple) or not all(isinstance(a, str) and _ARCH.fullmatch(a) for a in items):
             raise bad(arch)
+        return tuple(items)
+    if key == "toolkit":
+        items = value.split(",") if isinstance(value, str) and text else value
+        if not isinstance(items, list | tuple) or not all(isinstance(a, str) and _PIN.fullmatch(a) for a in items):
+            raise bad("a list of pinned wheels (name==version)")
         return tuple(items)
     if key == "uid":
         if text and isinstance(value, str) and value.isdigit():

@@ -88,6 +88,12 @@ def aoti(a: dict, th: dict) -> list[str]:
     return [] if ok else [f"the AOTInductor package's output is off eager by {a['rel_err']:.2e} (>= {th['aoti_rel_err']})"]
 
 
+def cuda_extension(e: dict, th: dict) -> list[str]:
+    ok = e["rel_err"] < th["extension_rel_err"]
+    return [] if ok else [f"the load_inline extension's NVRTC kernel is off eager by {e['rel_err']:.2e} "
+                          f"(>= {th['extension_rel_err']})"]
+
+
 # torch.compile modes the smoke compiles one fused GEMM epilogue in; each must be there and match eager
 COMPILE_MODES = ("reduce-overhead", "max-autotune-no-cudagraphs")
 COMPILE_MODE_REL_ERR = 1e-3  # fp32 (TF32 off) against eager: a mode that is wrong, not merely rounded
@@ -149,6 +155,7 @@ VERDICTS: dict[str, tuple[Callable[[dict, dict], list[str]], ...]] = {
     "nvrtc": (nvrtc,),
     "aoti": (aoti,),
     "aoti_cpp": (aoti,),
+    "cuda_extension": (cuda_extension,),
     "fusion": (fusion_kernels, fusion_bandwidth),
     "compile_cache": (compile_cache_hits, compile_cache_speedup),
     "compile_modes": (compile_modes,),

@@ -131,7 +131,13 @@ class Target:
             torchvision=v.torchvision, torchaudio=v.torchaudio, python=self.python, flavor=self.flavor,
             source=self.source, os=self.os, user=self.settings.user, uid=self.settings.uid,
             size_budget_gb=self.settings.size_budget_gb, arch_list=tuple(v.arch_list), ptx=tuple(v.ptx),
+            toolkit=self.toolkit_wheels or None,
         )
+
+    @property
+    def toolkit_wheels(self) -> tuple[str, ...]:
+        """What a devel image built from wheels installs on top of torch's stack (ptxas, NVVM, CCCL); () otherwise."""
+        return self.variant.toolkit_wheels if self.flavor == "devel" and self.source == "wheels" else ()
 
     def expected_json(self) -> str:
         """expected() as the target.json that images carry and validators read."""

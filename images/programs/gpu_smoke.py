@@ -628,9 +628,9 @@ int main(int argc, char** argv) {
 """
 
 
-def check_aoti_cpp() -> dict:
-    """Python-free deployment: an AOTInductor package run by a C++ program built against the wheel's libtorch
-    (devel images: needs g++ and the CUDA headers the package build used)."""
+def build_aoti_loader(d: str) -> dict:
+    """The C++ loader program, built in folder d with the image's C++ compiler against the wheel's libtorch:
+    {"exe": path, "build_s": s} or {"ok": False, "error": why}. Needs no GPU (the CPU validators build it too)."""
     import shutil
 
     import torch
@@ -638,34 +638,56 @@ def check_aoti_cpp() -> dict:
     cxx = shutil.which("c++") or shutil.which("g++")
     if not cxx:
         return {"ok": False, "error": "no C++ compiler (c++/g++) on PATH"}
+    root = os.path.dirname(torch.__file__)
+    src, exe = os.path.join(d, "loader.cpp"), os.path.join(d, "loader")
+    with open(src, "w") as f:
+        f.write(_AOTI_CPP)
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cmd = [cxx, "-std=c++17", "-O1", src, "-o", exe, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+           f"-I{root}/include", f"-I{root}/include/torch/csrc/api/include", f"-L{root}/lib",
+           "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{root}/lib"]
+    t0 = time.perf_counter()
+    b = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    build_s = round(time.perf_counter() - t0, 1)
+    if b.returncode != 0:
+        return {"ok": False, "error": f"building the C++ loader failed: {b.stderr[-2000:]}", "build_s": build_s}
+    return {"exe": exe, "build_s": build_s}
+
+
+def check_aoti_cpp() -> dict:
+    """Python-free deployment: an AOTInductor package run by a C++ program built against the wheel's libtorch
+    (devel images: needs g++ and the CUDA headers the package build used)."""
+    import torch
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
                                 torch.nn.Flatten(), torch.nn.Linear(256, 10)).cuda().eval()
     x = ((torch.arange(4 * 3 * 32 * 32, dtype=torch.float32) / 4096.0 - 1.5).reshape(4, 3, 32, 32)).cuda()
     with torch.no_grad():
         ref = model(x).double().cpu().flatten()
-    root = os.path.dirname(torch.__file__)
     with tempfile.TemporaryDirectory(prefix="gpuforge-aoti-cpp-") as d:
         pkg = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)), package_path=os.path.join(d, "m.pt2"))
-        src, exe = os.path.join(d, "loader.cpp"), os.path.join(d, "loader")
-        with open(src, "w") as f:
-            f.write(_AOTI_CPP)
-        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-        cmd = [cxx, "-std=c++17", "-O1", src, "-o", exe, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-               f"-I{root}/include", f"-I{root}/include/torch/csrc/api/include", f"-L{root}/lib",
-               "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10", "-lc10_cuda", f"-Wl,-rpath,{root}/lib"]
-        t0 = time.perf_counter()
-        b = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        build_s = time.perf_counter() - t0
-        if b.returncode != 0:
-            return {"ok": False, "error": f"building the C++ loader failed: {b.stderr[-2000:]}", "build_s": round(build_s, 1)}
-        r = subprocess.run([exe, pkg], capture_output=True, text=True, timeout=300)
+        built = build_aoti_loader(d)
+        if "exe" not in built:
+            return built
+        r = subprocess.run([built["exe"], pkg], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return {"ok": False, "error": f"C++ loader exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}"}
     got = torch.tensor([float(v) for v in r.stdout.split()], dtype=torch.float64)
     err = float((got - ref).norm() / ref.norm()) if got.numel() == ref.numel() else float("inf")
-    return {"rel_err": err, "limit": TH["aoti_rel_err"], "build_s": round(build_s, 1),
+    return {"rel_err": err, "limit": TH["aoti_rel_err"], "build_s": built["build_s"],
             "values": int(got.numel())}
+
+
+def check_cuda_extension() -> dict:
+    """A load_inline extension (g++, libtorch, CUDA_HOME's headers and libraries) whose bias + GELU kernel NVRTC
+    compiles for this GPU, launched on torch's stream, against fp64 eager (devel images: images/programs/cuda_extension.py)."""
+    import cuda_extension
+
+    res = cuda_extension.run(compile_only=False)
+    if "rel_err" in res:
+        res["limit"] = TH["extension_rel_err"]
+    return res if res.get("ok", True) else {**res, "error": f"{res.get('stage')}: {res.get('error')}"}
 
 
 def check_shm() -> dict:
@@ -696,9 +718,9 @@ CHECKS = {
     "cusolver": check_cusolver, "nvrtc": check_nvrtc, "aoti": check_aoti, "compile_cache": check_compile_cache,
 }
 # Run with --only or --devel (devel images: a C++ toolchain and CUDA headers are part of the promise).
-EXTRA = {"aoti_cpp": check_aoti_cpp}
+EXTRA = {"aoti_cpp": check_aoti_cpp, "cuda_extension": check_cuda_extension}
 # Compile-heavy and CPU-bound (Inductor, g++): each in a fresh process of its own, all at once.
-ISOLATED = ("aoti", "aoti_cpp", "compile_modes")
+ISOLATED = ("aoti", "aoti_cpp", "compile_modes", "cuda_extension")
 # Run first here (the isolated checks' processes are already starting up by then).
 FIRST = ("device", "compile_cache", "fusion")
 
