@@ -8,7 +8,7 @@ checked parts, one part per command, back to back (../shared/recipes/real-image-
   there:  python3 tools/gpu_carry.py setup                # carried Docker 26.1.5 with CDI      (carry .device .whl)
           python3 tools/gpu_carry.py part NN              # one per part, back to back     (carry .carry/pNN .carry/meta)
           python3 tools/gpu_carry.py import               # join, check, `docker import` with IMAGE's config (carry .carry/meta .carry/zstd)
-          python3 tools/gpu_carry.py measure [STEP ...]   # smoke selftest expect metrics warm first perf ready faults startup (.whl)
+          python3 tools/gpu_carry.py measure [STEP ...]   # smoke devel selftest expect metrics warm first perf ready faults startup (.whl)
 
 Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each
 step prints its wall seconds; `measure` writes its raw files under $OUT (at most 8 come back: one tar) and a
@@ -420,7 +420,17 @@ def step_startup(out: Path) -> dict:
     return {"runs": runs}
 
 
-STEPS = {"smoke": step_smoke, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
+def step_devel(out: Path) -> dict:
+    """The CPU-side devel and linking validators with the GPU given (the driver's libcuda must resolve), in a
+    container the validator plugin starts: a devel image's toolkit and its linking on the GPU node."""
+    tj = _target_json(out)
+    return _timed(out, "devel", [sys.executable, "-m", "pytest", "validators/test_devel.py", "validators/test_linking.py",
+                                 "-p", "no:cacheprovider", "-q", "-rs", "--rootdir", "validators", "--gpuforge-image",
+                                 IMAGE_NAME, "--gpuforge-gpu", "--gpuforge-gpu-request", "cdi", "--gpuforge-target",
+                                 str(tj), "--gpuforge-report", str(out / "devel-report.json")])
+
+
+STEPS = {"smoke": step_smoke, "devel": step_devel, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
          "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults,
          "startup": step_startup}
 

@@ -301,7 +301,8 @@ def runtime_versions(host, facts, timeout) -> dict:
 
 @pytest.fixture(scope="session")
 def constraints(target) -> dict[str, str]:
-    """The target's pins as the host-side toolkit generated them (images/dist/<id>/constraints.txt)."""
+    """The target's pins as the host-side toolkit generated them (images/dist/<id>/constraints.txt, and target.json's
+    toolkit wheels)."""
     from packaging.requirements import Requirement
 
     from gpuforge import paths
@@ -315,6 +316,9 @@ def constraints(target) -> dict[str, str]:
         if line and not line.startswith("-"):
             req = Requirement(line)
             pins[req.name.lower().replace("_", "-")] = str(req.specifier).removeprefix("==")
+    for pin in target.get("toolkit") or ():  # a devel image from wheels: the toolkit wheels it adds above torch's
+        name, _, version = pin.partition("==")
+        pins[name] = version
     return pins
 
 

@@ -45,7 +45,7 @@ def devel(target):
     if target.flavor != "devel":
         pytest.skip(f"a {target.flavor} image promises no CUDA toolkit (test_runtime_has_no_cuda_compiler checks that)")
     if not target.get("toolkit"):
-        pytest.skip("a devel image of source cuda-base: its CUDA_HOME is nvidia/cuda's own toolkit (nvcc included)")
+        pytest.skip("a cuda-base devel image: nvidia/cuda's own toolkit (test_cuda_base_devel_nvcc_is_the_target_cuda)")
     return target
 
 
@@ -59,7 +59,7 @@ def cuda_home(host, devel) -> str:
 def test_cuda_home_holds_the_toolkit(host, cuda_home, facts):
     missing = [f"{p} ({why})" for p, why in DEVEL_FILES.items() if not host.file(f"{cuda_home}/{p}").exists]
     dangling = sh(host, "find -L %s -type l", cuda_home, check=False).stdout.split()
-    facts["devel"] = {"cuda_home": cuda_home}
+    facts.setdefault("devel", {})["cuda_home"] = cuda_home
     assert not missing, f"CUDA_HOME={cuda_home} lacks: " + "; ".join(missing)
     assert not dangling, f"CUDA_HOME has dangling links: {dangling[:10]}"
 
@@ -79,7 +79,7 @@ def test_toolkit_wheels_at_their_pins(host, devel, cuda_home, facts):
     out = sh(host, "%s/bin/ptxas --version", cuda_home).stdout
     m = _PTXAS.search(out)
     assert m, f"ptxas --version printed no release: {out[-300:]}"
-    facts["devel"]["ptxas"] = m.group(2)
+    facts.setdefault("devel", {})["ptxas"] = m.group(2)
     nvcc = next((v for n, v in pins.items() if n.startswith("nvidia-cuda-nvcc")), None)
     assert m.group(1) == devel.cuda, f"ptxas is CUDA {m.group(1)}, the target's CUDA is {devel.cuda}"
     assert nvcc is None or m.group(2) == nvcc, f"ptxas is V{m.group(2)}, its wheel is pinned at {nvcc}"
@@ -93,7 +93,7 @@ def test_cuda_extension_builds_and_compiles_its_kernel(host, devel, cuda_home, p
         rep = json.loads(r.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         pytest.fail(f"cuda_extension.py printed no report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
-    facts["devel"]["extension"] = rep
+    facts.setdefault("devel", {})["extension"] = rep
     assert rep.get("ok"), f"the extension failed at {rep.get('stage')}: {rep.get('error')}"
     major, minor = devel.cuda.split(".")
     assert rep["cudart"] // 1000 == int(major) and rep["cudart"] % 1000 // 10 == int(minor), (
@@ -115,8 +115,19 @@ def test_aoti_cpp_loader_builds_and_links(host, devel, programs, facts):
                    "print(json.dumps(r))", programs, timeout=900)
     assert "exe" in rep, rep.get("error")
     missing = [line.split()[0] for line in rep["ldd"].splitlines() if "not found" in line]
-    facts["devel"]["aoti_loader_build_s"] = rep["build_s"]
+    facts.setdefault("devel", {})["aoti_loader_build_s"] = rep["build_s"]
     assert not [m for m in missing if m != "libcuda.so.1"], f"the C++ loader does not resolve: {missing}"
+
+
+def test_cuda_base_devel_nvcc_is_the_target_cuda(host, target, facts):
+    """A devel image on nvidia/cuda's devel base carries NVIDIA's whole toolkit: its nvcc is the target's CUDA."""
+    if target.flavor != "devel" or target.get("toolkit"):
+        pytest.skip("only a devel image on an nvidia/cuda devel base carries nvcc")
+    r = sh(host, "PATH=\"$PATH:/usr/local/cuda/bin\" nvcc --version", check=False)
+    m = _PTXAS.search(r.stdout)
+    assert m, f"no nvcc in a cuda-base devel image (exit {r.rc}): {(r.stderr or r.stdout)[-300:]}"
+    facts.setdefault("devel", {})["nvcc"] = m.group(2)
+    assert m.group(1) == target.cuda, f"nvcc is CUDA {m.group(1)}, the target's CUDA is {target.cuda}"
 
 
 def test_runtime_has_no_cuda_compiler(host, target):

@@ -126,7 +126,8 @@ def _field(key: str, value: object, source: str, text: bool):
     if key == "toolkit":
         items = value.split(",") if isinstance(value, str) and text else value
         if not isinstance(items, list | tuple) or not all(isinstance(a, str) and _PIN.fullmatch(a) for a in items):
-            raise bad("a list of pinned wheels (name==version)")
+            allowed = "a list of pinned wheels (name==version)"
+            raise bad(allowed)
         return tuple(items)
     if key == "uid":
         if text and isinstance(value, str) and value.isdigit():

@@ -107,7 +107,8 @@ def render_target(t: Target) -> dict[str, bytes]:
     apt = sorted({*spec["apt"]["common"], *t.settings.apt_packages})
     devel_apt = sorted(set(spec["apt"]["devel"]) - set(apt)) if t.flavor == "devel" else []
     dockerfile = _env().get_template("Dockerfile.j2").render(
-        t=t, s=t.settings, v=t.variant, apt_packages=apt, devel_apt=devel_apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(), labels=labels(t),
+        t=t, s=t.settings, v=t.variant, apt_packages=apt, devel_apt=devel_apt, pip_tools=pip_tools(t), metrics_tools=metrics_tools(),
+        labels=labels(t),
         uv=spec["uv"],
         dist=f"images/dist/{t.id}")
     return {

@@ -126,7 +126,8 @@ def build(build_dir: str):
 
     home = os.environ.get("CUDA_HOME")
     if not home or not os.path.isdir(os.path.join(home, "include")):
-        raise RuntimeError(f"CUDA_HOME={home!r} has no include/: not a devel image's CUDA_HOME")
+        msg = f"CUDA_HOME={home!r} has no include/: not a devel image's CUDA_HOME"
+        raise RuntimeError(msg)
     lib64 = os.path.join(home, "lib64")
     return cpp_extension.load_inline(
         name="gpuforge_cuda_extension", cpp_sources=[CPP], build_directory=build_dir, with_cuda=False,

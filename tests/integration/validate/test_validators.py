@@ -37,7 +37,12 @@ def test_full_suite_is_green_with_reports(validated):
     assert {"test_metadata", "test_versions", "test_security", "test_ssh", "test_jupyter", "test_inductor_cpu",
             "test_driver", "test_inventory", "test_journeys", "test_metrics"} <= names
     skipped = [c for c in rep["checks"] if c["outcome"] == "skipped"]
-    # without a GPU only the driver and GPU checks may skip, and they say why
+    # without a GPU only the driver and GPU checks may skip, and they say why; and the devel image's promises (#30)
+    flavor = [c for c in skipped if c["module"] == "test_devel"]
+    assert {c["name"] for c in flavor} == {"test_cuda_home_holds_the_toolkit", "test_toolkit_wheels_at_their_pins",
+                                           "test_cuda_extension_builds_and_compiles_its_kernel", "test_aoti_cpp_loader_builds_and_links",
+                                           "test_cuda_base_devel_nvcc_is_the_target_cuda"}, flavor
+    skipped = [c for c in skipped if c not in flavor]
     assert all(c["module"] in GPU_MODULES or c["name"].startswith("test_gpu_metrics_") for c in skipped), skipped
     assert {c["module"] for c in skipped} >= GPU_MODULES, "every GPU module reports its checks, skipped, without a GPU"
     assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
@@ -194,6 +199,9 @@ BROKEN += [  # linked-library integrity (#30)
      "test_linking.py::test_nothing_shadows_the_venv_gpu_libraries", "/opt/old-cudnn/libcudnn.so.9 shadows"),
     ("broken-symlink", ["USER root", "RUN ln -s /opt/gone/python3 /usr/local/bin/python-gone", "USER 1000"],
      "test_linking.py::test_no_broken_symlinks", "/usr/local/bin/python-gone -> /opt/gone/python3"),
+    # devel (#30): a runtime image holds no CUDA compiler (the devel image's checks fail in test_devel_target.py)
+    ("runtime-with-ptxas", ["USER root", f"RUN ln -s {SITE}/triton/backends/nvidia/bin/ptxas /usr/local/bin/ptxas", "USER 1000"],
+     "test_devel.py::test_runtime_has_no_cuda_compiler", "a runtime image holds CUDA compiler parts"),
 ]
 # The smoke suite needs a GPU: its bars are proven by mutated reports (tests/unit), its device count on the H200.
 # Readiness (test_readiness.py): each rule fails on the H200's recorded NVML facts and figures in

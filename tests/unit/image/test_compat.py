@@ -30,6 +30,8 @@ def test_valid_combination_has_no_problems():
     ({"os_name": "debian12", "python": "3.11"}, "nvidia/cuda:12.6.3-cudnn-runtime-debian12 does not exist"),
     ({"cuda": "11.8", "os_name": "ubuntu24.04"}, "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu24.04 does not exist"),
     ({"torch": "2.8.0"}, "torch 2.8.0 is not a known release"),
+    ({"cuda": "11.8", "os_name": "debian12", "python": "3.11", "source": "wheels", "flavor": "devel"},
+     "no CUDA toolkit wheels are known for torch 2.7.1 cu118, so a devel image cannot be built from wheels"),
 ])
 def test_refusals(kw, msg):
     assert any(msg in p for p in _problems(**kw)), _problems(**kw)
@@ -41,6 +43,10 @@ def test_variant_pins_are_the_verified_ones():
     assert v.nvidia_pins["nvidia-cublas-cu12"] == "12.6.4.1"
     assert v.on_pypi and not compat.variant("2.7.1", "12.8").on_pypi
     assert compat.variant("2.7.0", "12.6").triton == "3.3.0"
+    # a devel image from wheels: the toolkit of the runtime wheel's own CUDA release
+    assert v.toolkit_wheels == ("nvidia-cuda-nvcc-cu12==12.6.77", "nvidia-cuda-cccl-cu12==12.6.77")
+    assert v.cuda_headers in v.toolkit_wheels
+    assert _problems(os_name="debian12", python="3.11", source="wheels", flavor="devel") == []
 
 
 # (driver, CUDA) -> verdict; minimums from NVIDIA's CUDA release notes (Table 3) and the

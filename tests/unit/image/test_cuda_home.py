@@ -81,3 +81,62 @@ def test_bad_parts_are_one_line_exit_64(parts, change, words, capsys):
     assert cuda_home.main(["--nvcc-wheel", str(wheel), "--runtime", str(rt), "--out", str(out)]) == 64
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+@pytest.fixture
+def site(tmp_path):
+    """An installed nvidia/ folder as the devel image has it: torch's CUDA wheels plus the nvcc and cccl wheels."""
+    nv = tmp_path / "site" / "nvidia"
+    files = {
+        "cuda_runtime/include/cuda.h": CUDA_H, "cuda_runtime/include/cuda_runtime_api.h": "\n",
+        "cuda_runtime/include/__init__.py": "", "cuda_runtime/lib/libcudart.so.12": "ELF",
+        "cuda_nvcc/bin/ptxas": "ptxas", "cuda_nvcc/include/crt/host_defines.h": "\n", "cuda_nvcc/nvvm/libdevice/libdevice.10.bc": "bc",
+        "cuda_cccl/include/cub/cub.cuh": "\n", "cuda_cccl/include/thrust/version.h": "\n",
+        "cublas/include/cublas_v2.h": "\n", "cublas/lib/libcublas.so.12": "ELF", "cublas/lib/libcublasLt.so.12": "ELF",
+        "cuda_nvrtc/include/nvrtc.h": "\n", "cuda_nvrtc/lib/libnvrtc.so.12": "ELF", "cuda_nvrtc/lib/libnvrtc-builtins.so.12.6": "ELF",
+        "cuda_cupti/lib/libnvperf_host.so": "ELF",
+    }
+    for rel, text in files.items():
+        (nv / rel).parent.mkdir(parents=True, exist_ok=True)
+        (nv / rel).write_text(text)
+    return nv, tmp_path / "cuda"
+
+
+def test_devel_cuda_home_links_every_wheel_header_library_and_tool(site):
+    nv, out = site
+    assert cuda_home.main(["--site", str(nv), "--out", str(out)]) == 0
+    for rel, src in (("include/cuda_runtime_api.h", "cuda_runtime/include/cuda_runtime_api.h"), ("include/crt", "cuda_nvcc/include/crt"),
+                     ("include/cub", "cuda_cccl/include/cub"), ("include/nvrtc.h", "cuda_nvrtc/include/nvrtc.h"),
+                     ("bin/ptxas", "cuda_nvcc/bin/ptxas"), ("nvvm", "cuda_nvcc/nvvm"),
+                     ("lib64/libcublas.so", "cublas/lib/libcublas.so.12"), ("lib64/libcublas.so.12", "cublas/lib/libcublas.so.12"),
+                     ("lib64/libnvrtc-builtins.so", "cuda_nvrtc/lib/libnvrtc-builtins.so.12.6"),
+                     ("lib64/libnvperf_host.so", "cuda_cupti/lib/libnvperf_host.so"), ("lib64/libcudart.so", "cuda_runtime/lib/libcudart.so.12")):
+        assert (out / rel).is_symlink() and (out / rel).resolve() == (nv / src).resolve(), rel
+    assert not (out / "include" / "__init__.py").exists()
+    assert "Library soname: [libcuda.so.1]" in subprocess.run(["readelf", "-d", str(out / "lib64" / "libcuda.so")],
+                                                               capture_output=True, text=True, check=True).stdout
+    m = json.loads((out / "cuda_home.json").read_text())
+    assert m["mode"] == "devel" and m["header_entries"]["cuda_cccl"] == 2 and m["bin"] == ["ptxas"]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ("no-ptxas", "no cuda_nvcc/bin/ptxas (install the nvcc and cccl wheels"),
+    ("no-cccl", "no cuda_cccl/include"),
+    ("header-in-two-wheels", "cublas_v2.h is in both"),
+    ("with-wheel", "give it without --nvcc-wheel/--runtime"),
+])
+def test_devel_bad_site_is_one_line_exit_64(site, change, words, capsys):
+    nv, out = site
+    extra = []
+    if change == "no-ptxas":
+        (nv / "cuda_nvcc" / "bin" / "ptxas").unlink()
+    elif change == "no-cccl":
+        shutil.rmtree(nv / "cuda_cccl")
+    elif change == "header-in-two-wheels":
+        (nv / "cusparse" / "include").mkdir(parents=True)
+        (nv / "cusparse" / "include" / "cublas_v2.h").write_text("\n")
+    else:
+        extra = ["--runtime", str(nv / "cuda_runtime")]
+    assert cuda_home.main(["--site", str(nv), "--out", str(out), *extra]) == 64
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
