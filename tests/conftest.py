@@ -305,6 +305,7 @@ LONGEST_FIRST = (
     "tests/integration/publish/test_registry.py",           # ~600 s, the run's push and signed validation included
     "tests/integration/builder/test_buildx.py",             # ~480 s: after the engine matrix, on its worker
     "tests/integration/validate/test_validators.py",        # ~350 s
+    "tests/integration/validate/test_devel_target.py",      # ~260 s: the devel build and its full validation
     "tests/integration/core/test_install.py",               # ~170 s: a venv and a full validate with clean beside it
     "tests/integration/builder/test_build.py",              # ~80 s
     "tests/integration/publish/test_fleet_promotion.py",    # ~15 s: its push mounts the run's layers
