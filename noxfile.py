@@ -144,9 +144,10 @@ def clean(session: nox.Session) -> None:
 
 @nox.session(python=PY, name="fleet")
 def fleet(session: nox.Session) -> None:
-    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms ...` (docs/fleet.md, docs/cve.md)."""
+    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms|canary ...` (docs/fleet.md,
+    docs/cve.md, docs/promotion.md)."""
     _install(session)
-    allowed = ("cve-gate", "outdated", "support", "release-notes", "prod-sboms")
+    allowed = ("cve-gate", "outdated", "support", "release-notes", "prod-sboms", "canary")
     if not session.posargs or session.posargs[0] not in allowed:
         session.error(f"nox -s fleet -- COMMAND ...: COMMAND is one of {', '.join(allowed)}")
     session.run("gpuforge", *session.posargs)

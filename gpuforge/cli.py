@@ -249,6 +249,16 @@ def cmd_promote(args) -> int:
     return 0
 
 
+def cmd_canary(args) -> int:
+    from gpuforge.publish import canary
+
+    o = options.for_args(args)
+    m, targets = _targets(args)
+    gpu_request = _gpu_request(args) if o.gpu else "nvidia"
+    return canary.run(targets, env=o.env, reports=Path(o.reports), signer=_signer(o, o.signing_key), records=_records(o),
+                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+
+
 def _one_target(args):
     m, targets = _targets(args)
     if len(targets) != 1:
@@ -477,6 +487,8 @@ def _publishing(add) -> None:
     add("promote", cmd_promote, "promote validated digests to dev or prod")
     add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
         selectors=False)
+    add("canary", cmd_canary, "validate again what an environment holds (pulled by digest, never reused) and sign "
+        "the result onto that digest; a red canary blocks its further promotion")
     add("policy", cmd_policy, "write the admission policy (CUE for cosign, or a policy-controller ClusterImagePolicy) "
         "that admits a target's images to an environment and GPU pool only by a signed, fresh, passing Test Result")
 

@@ -267,9 +267,9 @@ class Setting:
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
-_REPORTS = ("validate", "smoke", "promote", "rollback")
+_REPORTS = ("validate", "smoke", "promote", "rollback", "canary")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
-_SIGNED = ("validate", "cve-gate", "promote", "policy", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
+_SIGNED = ("validate", "cve-gate", "promote", "policy", "canary", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
 _REGISTRY_USE = ("push", *_SIGNED)  # speak to a registry (credentials, TLS)
 
 TABLE: tuple[Setting, ...] = (
@@ -328,7 +328,7 @@ TABLE: tuple[Setting, ...] = (
             help="override the torch index (a mirror)"),
     Setting(name="pypi_url", flag="--pypi-url", commands=_BUILD, env="GPUFORGE_PYPI_URL", check=_url,
             help="override the PyPI index (a mirror)"),
-    Setting(name="progress", flag="--progress", commands=("build", "validate", "smoke", "push"), env="GPUFORGE_PROGRESS",
+    Setting(name="progress", flag="--progress", commands=("build", "validate", "smoke", "push", "canary"), env="GPUFORGE_PROGRESS",
             default="auto", choices=("auto", "tty", "plain"), what="a progress style",
             help="tty (a live display), plain (one line per step, for logs), or auto: tty when stdout is a terminal"),
     Setting(name="provenance", flag="--provenance", commands=_BUILD, env="GPUFORGE_PROVENANCE", default="default",
@@ -340,9 +340,9 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="all", flag="--all", commands=("clean",), action="store_true", default=False,
             help="remove every gpuforge container, also those of runs still alive (stops them)"),
     Setting(name="reports", flag="--reports", commands=_REPORTS, default="reports", check=_text, help="reports folder"),
-    Setting(name="gpu", flag="--gpu", commands=("validate",), action="store_true", default=False,
+    Setting(name="gpu", flag="--gpu", commands=("validate", "canary"), action="store_true", default=False,
             help="also run the GPU validators (containers get every GPU)"),
-    Setting(name="gpu_request", flag="--gpu-request", commands=_GPU, env="GPUFORGE_GPU_REQUEST", key="gpu_request",
+    Setting(name="gpu_request", flag="--gpu-request", commands=(*_GPU, "canary"), env="GPUFORGE_GPU_REQUEST", key="gpu_request",
             default=GPU_REQUESTS[0], choices=GPU_REQUESTS, what="a GPU request mode",
             help="how containers ask for GPUs: nvidia (--gpus all, NVIDIA container runtime) or cdi "
                  "(--device nvidia.com/gpu=all, Docker >= 25 with CDI on)"),
@@ -376,8 +376,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="replace", flag="--replace", commands=("push", "promote"), action="store_true", default=False,
             help="move a version tag that names another digest (push: the build tag; promote: <tag>-dev/-prod); "
                  "recorded"),
-    Setting(name="env", flag="--env", commands=("promote", "policy", *_REGISTRY_READS),
-            required_for=("promote", "policy", "history", "rollback"),
+    Setting(name="env", flag="--env", commands=("promote", "policy", "canary", *_REGISTRY_READS),
+            required_for=("promote", "policy", "canary", "history", "rollback"),
             choices=ENVIRONMENTS, what="a promotion environment", aliases=(("promote", "--to"),),
             help="the environment (status: default both)"),
     Setting(name="digest", flag="--digest", commands=("cve-gate", "release-notes", "rollback"), check=_text,
@@ -402,7 +402,8 @@ TABLE: tuple[Setting, ...] = (
                  "(repeatable; e.g. the image this copy was made from)"),
     Setting(name="require_gpu", flag="--require-gpu", commands=("promote",), action="store_true", default=False,
             help="also require signed GPU evidence (prod always does, unless --allow-no-gpu)"),
-    Setting(name="signing_key", flag="--sign-key", commands=("validate", "cve-gate", "release-notes", "promote", "rollback"),
+    Setting(name="signing_key", flag="--sign-key", commands=("validate", "cve-gate", "release-notes", "promote", "rollback",
+                                                             "canary"),
             env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key that signs (password in COSIGN_PASSWORD): evidence, verdicts, notes, promotion "
                  "records; none: keyless (OIDC)"),

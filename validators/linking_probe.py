@@ -1,7 +1,8 @@
 """Runs inside the image (sent by test_linking.py as `python3 -c`; the image carries no copy): the facts of how the
 image's binaries link, printed as one JSON line. It judges nothing: the validator holds the allowances.
 
-- elf: every ELF file under the venv's site-packages and the system folders, resolved with `ldd`. A file in
+- elf: every ELF file of the image under the venv's site-packages and the system folders, resolved with `ldd` (files
+  the host mounted in, such as a GPU node's driver libraries, are counted, not resolved). A file in
   site-packages is resolved as Python loads it: beside its own folder, torch/lib and nvidia/*/lib (torch is
   imported first and its extensions find their siblings already loaded).
 - dlopen: every nvidia/*/lib/*.so* and torch/lib/*.so*, opened by path with RTLD_NOW (and, when that fails, with
@@ -36,19 +37,28 @@ def is_elf(path):
 
 
 def elf_files():
-    seen, out = set(), []
+    """(the image's ELF files, how many files the host mounted in instead): a file or folder on another device than
+    the root filesystem is the host's (the driver's libraries a GPU node's container runtime mounts, e.g. all of
+    /usr/local/nvidia with its graphics libraries), not the image's to resolve."""
+    seen, out, host = set(), [], 0
+    dev = os.stat("/").st_dev
     for root in (SITE, *SYSTEM):
         for d, dirs, names in os.walk(root):
-            dirs[:] = [x for x in dirs if not os.path.islink(os.path.join(d, x))]
+            kept = [x for x in dirs if not os.path.islink(os.path.join(d, x))]
+            dirs[:] = [x for x in kept if os.lstat(os.path.join(d, x)).st_dev == dev]
+            host += sum(sum(len(f) for _, _, f in os.walk(os.path.join(d, x))) for x in kept if x not in dirs)
             for n in names:
                 p = os.path.join(d, n)
                 if os.path.islink(p) or not os.path.isfile(p):
+                    continue
+                if os.lstat(p).st_dev != dev:
+                    host += 1
                     continue
                 real = os.path.realpath(p)
                 if real not in seen and is_elf(p):
                     seen.add(real)
                     out.append(p)
-    return sorted(out)
+    return sorted(out), host
 
 
 GPU_DIRS = [*sorted(glob.glob(f"{SITE}/nvidia/*/lib")), f"{SITE}/torch/lib"]
@@ -161,9 +171,10 @@ def main(parts):
     """Only the parts asked for (argv: elf dlopen shadows links): a validator selected alone pays for its own."""
     out = {"site": SITE, "libcuda": opened("libcuda.so.1", os.RTLD_LAZY) is None}  # the host's driver, if any
     if "elf" in parts:
-        files = elf_files()
+        files, host = elf_files()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            out["elf"] = {"count": len(files), "unresolved": [{"file": p, "missing": m} for p, m in pool.map(ldd, files) if m]}
+            out["elf"] = {"count": len(files), "host_mounted": host,
+                          "unresolved": [{"file": p, "missing": m} for p, m in pool.map(ldd, files) if m]}
     if "dlopen" in parts:
         libs, failed = gpu_libraries(), []
         for p in libs:  # what loads eagerly loads lazily: RTLD_LAZY is tried only to say which a failure is

@@ -37,6 +37,8 @@ def _probe(host, timeout, facts, part: str) -> dict:
     r = py(host, PROBE, part, timeout=max(timeout, 300))
     facts.setdefault("linking", {"allowed": []}).update({f"{part}_count": len(r[part]) if part in ("shadows", "links")
                                                            else r[part]["count"], "libcuda_loads": r["libcuda"]})
+    if part == "elf":  # the host's files (a GPU node's mounted driver folder): not the image's to resolve
+        facts["linking"]["host_mounted_files"] = r["elf"]["host_mounted"]
     return r
 
 

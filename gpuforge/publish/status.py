@@ -58,7 +58,13 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
     newest = reports[signed[-1].index]
     gpu_runs = [reports[s.index] for s in signed if reports[s.index].gpu_run()]
     out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": newest.validated_at(),
-           "expires": expiry(newest.validated_at(), ttl_days), "run": newest.run.id if newest.run else None, "gpu": None}
+           "expires": expiry(newest.validated_at(), ttl_days), "run": newest.run.id if newest.run else None, "gpu": None,
+           "canary": None}
+    canaries = [reports[s.index] for s in signed if reports[s.index].run and reports[s.index].run.canary]
+    if canaries:  # the newest re-run on what an environment holds (gpuforge canary): red blocks promotion while newest
+        c = canaries[-1]
+        out["canary"] = {"env": c.run.canary, "green": not evidence.problems(c, require_gpu=c.gpu_run()),
+                         "gpu": c.gpu_run(), "at": c.run.signed_at, "newest": c is newest or (c.gpu_run() and c is gpu_runs[-1])}
     if gpu_runs:
         model, driver = gpu_runs[-1].gpu_summary()
         out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
@@ -168,6 +174,10 @@ def _text(row: dict) -> list[str]:
                  f"{_expiry_text(gpu.get('expires'))})") if gpu else "no GPU evidence"
         lines.append(f"  evidence: {'GREEN' if ev['green'] else 'NOT GREEN'} (newest of {ev['signed']} signed run(s), "
                      f"{ev.get('validated_at')}{_expiry_text(ev.get('expires'))}); {gpu_s}")
+        c = ev.get("canary")
+        if c:
+            blocks = "; blocks promotion of this digest until a green run" if not c["green"] and c["newest"] else ""
+            lines.append(f"  canary ({c['env']}{', GPU' if c['gpu'] else ''}): {'green' if c['green'] else 'RED'} at {c['at']}{blocks}")
     loc = row["local"]
     if loc is None:
         lines.append("  local build: none in this checkout")

@@ -128,22 +128,27 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 def validate_targets(targets: list[Target], *, reports: Path, records: Records, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto",
-                     on_report: Callable[[Target, dict, dict | None], None] | None = None) -> int:
+                     on_report: Callable[[Target, dict, dict | None], None] | None = None,
+                     images: dict[str, str] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
-    made): what `validate --attest` signs is what the run observed, not a file someone can edit first."""
+    made): what `validate --attest` signs is what the run observed, not a file someone can edit first.
+    `images` (target id -> image id): validate those images instead of the recorded builds (a canary's pull of
+    what an environment holds); the build records are then neither read nor changed."""
     c = engine.client()
-    _preflight(targets, records, pytest_args, gpu=gpu, gpu_request=gpu_request)
+    preflight.require_own_options(pytest_args)  # validators pointed elsewhere: said before anything else
+    builds = {t.id: (images[t.id], None) if images else _recorded(records, t.id) for t in targets}
+    _preflight(targets, builds, gpu=gpu, gpu_request=gpu_request)
     failed: list[str] = []
     unfit: list[str] = []  # failed only where an unfit node fails: exit 10 when every failed target is one
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = _revision()
     for t in targets:
-        rec = records.require_build(t.id)
+        image_id, extra_ca = builds[t.id]
         try:
-            image = c.images.get(rec.image_id)
+            image = c.images.get(image_id)
         except docker.errors.ImageNotFound:
-            msg = f"{t.id}: image {rec.image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
+            msg = f"{t.id}: image {image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
             raise EngineError(msg) from None
         rpath = report_path(reports, t.id, gpu)
         # opened (symlinks refused, writability known) before a minutes-long run, written only after it
@@ -152,15 +157,15 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
             own = Path(tmp)
             tj = rendered_target_json(t)
             # what the run proves, as content: what its evidence is reused by (gpuforge.publish.reuse)
-            content = evidence.content(image, inputs=evidence.run_inputs(tj, rec.extra_ca))
-            args = ["--gpuforge-image", rec.image_id, "--gpuforge-target", str(tj),
+            content = evidence.content(image, inputs=evidence.run_inputs(tj, extra_ca))
+            args = ["--gpuforge-image", image_id, "--gpuforge-target", str(tj),
                     "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml"),
                     "-o", f"junit_suite_name={t.id}"]
             if gpu:
                 args += ["--gpuforge-gpu", *gpu_args(gpu_request)]
-            if rec.extra_ca:
-                args += ["--gpuforge-ca", rec.extra_ca]
-            print(f"gpuforge: validating {t.id} ({rec.image_id[:19]})", flush=True)
+            if extra_ca:
+                args += ["--gpuforge-ca", extra_ca]
+            print(f"gpuforge: validating {t.id} ({image_id[:19]})", flush=True)
             rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-{t.id}"[:60], label=t.id,
                          progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
@@ -170,7 +175,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                 continue
             rep = report.finish(raw, required=required, gpu=gpu, revision=revision, content=content)
             md = report.markdown(rep)
-            outputs, inventory = _report_set(t, rec.image_id, rep, md, rpath, tj, own)
+            outputs, inventory = _report_set(t, image_id, rep, md, rpath, tj, own)
             kind = "gpu_report" if gpu else "report"
             try:
                 if on_report:  # validate --attest: signs the report as this process holds it, before any copy
@@ -178,8 +183,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
             finally:  # a refusal to sign still leaves the reports for reading
                 with out.locked():  # the set and its recorded digest change together
                     out.write_set(outputs)
-                    # the report's digest: `status` says whether the file still holds what this run wrote
-                    records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
+                    if not images:  # the report's digest: `status` says whether the file still holds what this run wrote
+                        records.update_build(t.id, **{kind: str(rpath), f"{kind}_digest": evidence.digest_of(rep)})
         print(md)
         report.summarize(md)
         if not _passed(t, rc, rep):
@@ -209,15 +214,20 @@ def node_at_fault(rep: dict) -> str | None:
     return None
 
 
-def _preflight(targets: list[Target], records: Records, pytest_args: str, *, gpu: bool, gpu_request: str) -> None:
-    """One line, before any check runs: validators pointed elsewhere, an image gpuforge did not build for the
-    target, no way to give a container a GPU."""
-    preflight.require_own_options(pytest_args)
+def _recorded(records: Records, target_id: str) -> tuple[str, str | None]:
+    """(image id, extra CA) of the target's recorded build."""
+    rec = records.require_build(target_id)
+    return rec.image_id, rec.extra_ca
+
+
+def _preflight(targets: list[Target], builds: dict[str, tuple[str, str | None]], *, gpu: bool, gpu_request: str) -> None:
+    """One line, before any check runs: an image gpuforge did not build for the target, no way to give a container
+    a GPU."""
     for t in targets:
-        preflight.require_gpuforge_image(t.id, records.require_build(t.id).image_id)
+        preflight.require_gpuforge_image(t.id, builds[t.id][0])
     if gpu:
         gpu_args(gpu_request)
-        preflight.require_engine_gpu(records.require_build(targets[0].id).image_id, gpu_request)
+        preflight.require_engine_gpu(builds[targets[0].id][0], gpu_request)
 
 
 def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: Path,

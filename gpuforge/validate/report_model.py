@@ -103,6 +103,7 @@ class Run(BaseModel):
     subject: str | None = None
     signed_at: str | None = None
     reused_from: ReusedFrom | None = None
+    canary: str | None = None  # `gpuforge canary --env ENV`: a re-run on the digest ENV holds
 
 
 class Report(BaseModel):

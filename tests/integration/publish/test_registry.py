@@ -721,3 +721,37 @@ def test_unreachable_base_is_a_clear_error(default_build):
 
     with pytest.raises(EngineError, match=r"cannot pull base image 127\.0\.0\.1"):
         bases.ensure_base(missing, log=lambda _: None)
+
+
+def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(pushed, creds, cosign_keys, tmp_path):
+    """`gpuforge canary --env dev` pulls the digest dev holds, runs every validator on it (never reused by content) and
+    signs the result onto that digest, marked as a canary; a red canary, being the newest statement, blocks the
+    digest's promotion and `status` says so, until a green run is signed after it."""
+    tr, res = _repo_copy(pushed, "gpuforge/canary")
+    m = _matrix(tmp_path, tr.registry, "gpuforge/canary")
+    _promote(tr, "dev", cosign_keys)
+    env = {"COSIGN_PASSWORD": KEY_PASSWORD}
+    r = gpuforge("--matrix", str(m), "canary", "--env", "dev", "--sign-key", cosign_keys["key"], "--reports",
+                 str(tmp_path / "canary"), env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    ref = f"{tr.registry}/{tr.repository}@{res['digest']}"
+    assert f"dev holds {res['digest']}; pulling it" in r.stdout
+    assert "gpuforge: reused" not in r.stdout and f"validating {tr.id}" in r.stdout
+    assert f"signed this run's validation (green) of what dev holds for {tr.id}, {ref}" in r.stdout
+    statements = attest.verified_statements(ref, attest.VALIDATION_TYPE, state_here.verifier(cosign_keys["pub"]))
+    newest = statements[-1].predicate
+    assert newest["run"]["canary"] == "dev" and newest["run"]["subject"] == ref and not newest["run"].get("reused_from")
+    assert newest["facts"]["image_id"] == res["report"]["facts"]["image_id"]  # the bytes dev holds, as pulled
+    r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
+    assert r.returncode == 0 and "canary (dev): green at" in r.stdout, r.stdout[-2000:]
+    # red: a canary whose check failed (a driver that moved, a new CVE check): signed like any run, newest
+    red = _fixture_rep(newest, "a canary's failed check written in")
+    next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
+    red["run"] = {k: v for k, v in red["run"].items() if k in ("canary", "gpuforge_version", "revision", "machine", "finished")}
+    _sign(tr, res["digest"], red, cosign_keys)
+    r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
+    assert "canary (dev): RED at" in r.stdout and "blocks promotion of this digest until a green run" in r.stdout, r.stdout
+    _refused(tr, "is not evidence: failed: test_root_login_refused", cosign_keys, env="dev")
+    # nothing to prove where the environment holds nothing
+    r = gpuforge("--matrix", str(m), "canary", "--env", "prod", "--sign-key", cosign_keys["key"], env=env)
+    assert r.returncode == 0 and f"{tr.id}: prod holds no digest" in r.stdout, r.stdout + r.stderr
