@@ -253,7 +253,7 @@ def cmd_canary(args) -> int:
     from gpuforge.publish import canary
 
     o = options.for_args(args)
-    m, targets = _targets(args)
+    m, targets = _targets(args, all_by_default=True)  # what the environment holds: every target, as status reads it
     gpu_request = _gpu_request(args) if o.gpu else "nvidia"
     return canary.run(targets, env=o.env, reports=Path(o.reports), signer=_signer(o, o.signing_key), records=_records(o),
                       gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)

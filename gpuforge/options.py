@@ -295,10 +295,9 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="format", flag="--format", commands=("support", "release-notes", "policy"),
             choices=("text", "markdown", "json"), default="text",
             default_for=(("release-notes", "markdown"), ("policy", "cue")),
-            choices_for=(("policy", ("cue", "policy-controller", "kyverno")),), what="an output format",
+            choices_for=(("policy", ("cue", "policy-controller")),), what="an output format",
             help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools; "
-                 "policy: cue (cosign verify-attestation --policy), policy-controller (a ClusterImagePolicy) or "
-                 "kyverno (a ClusterPolicy)"),
+                 "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
     Setting(name="pool", flag="--pool", commands=("policy",), check=_text,
             help="the fleet pool (matrix.yaml's fleet) the policy admits images to; none: the non-GPU checks"),
     Setting(name="evidence_ttl", flag="--max-age-days", commands=("policy", "status", "promote"),

@@ -3,7 +3,10 @@ or a validator that learned a new check can turn yesterday's evidence stale whil
 
 For each target: the digest the environment's tag (`<tag>-<env>`) names in the registry is pulled by digest, the
 validators run on it (`--gpu`: the GPU set, on a GPU runner; never reused by content: re-running is the point), and
-the result is signed onto that digest in the run like any validation, marked `run.canary = ENV`. Being the digest's
+the result is signed onto that digest in the run like any validation, marked `run.canary = ENV` (reports under
+REPORTS/canary-ENV/). A run whose failures are the node's (readiness blames the host) signs nothing. The checks
+expect what this checkout's matrix and validators expect: a digest that no longer matches them is what a canary is
+for. Being the digest's
 newest signed statement, a red canary blocks every further promotion of that digest until a green run is signed
 after it, and `status` shows it. The build records of this checkout are neither read nor changed.
 """
@@ -65,11 +68,17 @@ def run(targets: list[Target], *, env: str, reports: Path, signer: attest.Signer
     refs = {t.id: str(ref) for t, ref in plan}
 
     def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+        node = pytest_run.node_at_fault(rep)
+        if node:  # the node's fault (XID, driver, limits) is not the image's: nothing is signed onto the digest
+            print(f"gpuforge: canary: {t.id}: this node is not fit ({node}); nothing signed onto {refs[t.id]}",
+                  flush=True)
+            return
         marked = Report.of({**rep, "run": {**(rep.get("run") or {}), "canary": env}}, "the canary's report").dump()
         signed_run.sign_report(refs[t.id], marked, signer=signer, target=t, os_name=t.os)
         verdict = "green" if Report.of(marked).green else "RED: this digest is not promoted again until a green run"
         print(f"gpuforge: canary: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of what {env} holds "
               f"for {t.id}, {refs[t.id]}", flush=True)
 
-    return pytest_run.validate_targets([t for t, _ in plan], reports=reports, records=records, gpu=gpu,
+    # reports of their own: a canary never takes the place of the build's validation report
+    return pytest_run.validate_targets([t for t, _ in plan], reports=reports / f"canary-{env}", records=records, gpu=gpu,
                                        gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign, images=images)

@@ -11,11 +11,6 @@ Formats:
 - `policy-controller`: a Sigstore policy-controller ClusterImagePolicy for the target's repository, the same CUE
   policy under the configured key (or keyless identity). policy-controller admits by any one statement that passes;
   `cosign verify-attestation` requires every Test Result on the digest to pass.
-- `kyverno`: a Kyverno ClusterPolicy (kyverno.io/v1) whose verifyImages rule admits the repository's images in Pods
-  by a Test Result attestation, with JMESPath conditions on the same fields. Kyverno reads the clock
-  (`time_since`), so its time to live is a duration, not a cut-off: it needs no regenerating. A pool's policy applies
-  to Pods that select the pool's nodes (`nodeSelector` POOL_LABEL=P); the non-GPU policy to every Pod. Tags are
-  resolved to digests and the Pod is rewritten to the digest (`mutateDigest`), so what runs is what was verified.
 
 What it does not hold an image to (promotion does): the newest statement deciding (an older PASSED Test Result within
 the time to live still admits after a newer FAILED one), the validator set, the CVE verdict, the promotion itself.
@@ -34,8 +29,7 @@ from gpuforge.errors import ConfigError
 from gpuforge.publish import statements
 from gpuforge.state import files
 
-FORMATS = ("cue", "policy-controller", "kyverno")
-POOL_LABEL = "gpuforge.dev/pool"  # the node label a Pod's nodeSelector names its fleet pool by (kyverno)
+FORMATS = ("cue", "policy-controller")
 
 
 def scope_of(pool: str | None) -> str:
@@ -117,61 +111,6 @@ def policy_controller(*, env: str, pool: str | None, max_age_days: float, reposi
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _kyverno_attestor(auth: dict) -> dict:
-    """policy-controller's authority (_authority) in Kyverno's attestor words."""
-    if "kms" in auth.get("key", {}):
-        entry: dict = {"keys": {"kms": auth["key"]["kms"]}}
-    elif "key" in auth:
-        entry = {"keys": {"publicKeys": auth["key"]["data"]}}
-    else:
-        ident = auth["keyless"]["identities"][0]
-        entry = {"keyless": {"subject": ident["subject"], "issuer": ident["issuer"]}}
-    tlog = "ctlog" in auth
-    where = entry.get("keys", entry.get("keyless"))
-    where["rekor"] = {"url": auth["ctlog"]["url"]} if tlog else {"ignoreTlog": True}
-    if not tlog:
-        where["ctlog"] = {"ignoreSCT": True}
-    return {"count": 1, "entries": [entry]}
-
-
-def kyverno(*, env: str, pool: str | None, max_age_days: float, repository: str, key: str | None,
-            identity: str | None, issuer: str | None, tlog: bool) -> str:
-    """A Kyverno ClusterPolicy as YAML-compatible JSON: Pods of the repository's images are admitted only with a
-    Test Result for the scope that is PASSED or WARNED, has no failed test and was signed within the time to live."""
-    attestor = _kyverno_attestor(_authority(key=key, identity=identity, issuer=issuer, tlog=tlog))
-    scope, hours = scope_of(pool), round(max_age_days * 24, 3)
-
-    def conf(name: str, path: str) -> str:
-        return f"configuration[?name=='{name}']{path} | [0]"
-
-    conditions = [
-        {"key": f"{{{{ {conf(scope, '.name')} || '' }}}}", "operator": "Equals", "value": scope,
-         "message": f"the Test Result is not for {scope}"},
-        {"key": "{{ result }}", "operator": "AnyIn", "value": ["PASSED", "WARNED"], "message": "the Test Result is not PASSED"},
-        {"key": "{{ length(failedTests || `[]`) }}", "operator": "Equals", "value": 0,
-         "message": "the Test Result has failed tests (a skipped required check counts as failed)"},
-        {"key": f"{{{{ time_since('', '{{{{ {conf(statements.RUN, '.annotations.signedAt')} }}}}', '') }}}}",
-         "operator": "DurationLessThanOrEquals", "value": f"{hours:g}h",
-         "message": f"the Test Result is older than the time to live, {max_age_days:g} days"},
-    ]
-    match: dict = {"any": [{"resources": {"kinds": ["Pod"]}}]}
-    rule: dict = {"name": "gpuforge-test-result", "match": match,
-                  "verifyImages": [{"imageReferences": image_globs(repository), "mutateDigest": True, "verifyDigest": True,
-                                    "required": True, "attestations": [{"type": statements.TEST_RESULT_TYPE,
-                                                                        "attestors": [attestor],
-                                                                        "conditions": [{"all": conditions}]}]}]}
-    if pool:
-        rule["preconditions"] = {"all": [{"key": f"{{{{ request.object.spec.nodeSelector.\"{POOL_LABEL}\" || '' }}}}",
-                                          "operator": "Equals", "value": pool}]}
-    doc = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-           "metadata": {"name": f"gpuforge-{env}" + (f"-{pool}" if pool else ""),
-                        "annotations": {"gpuforge.dev/generated-by": f"gpuforge {__version__}",
-                                        "gpuforge.dev/scope": scope}},
-           "spec": {"validationFailureAction": "Enforce", "background": False, "webhookTimeoutSeconds": 30,
-                    "rules": [rule]}}
-    return json.dumps(doc, indent=2) + "\n"
-
-
 def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: float, repository: str,
           output: Path | None, key: str | None = None, identity: str | None = None, issuer: str | None = None,
           tlog: bool = False) -> str:
@@ -181,9 +120,6 @@ def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: f
         raise ConfigError(msg)
     if fmt == "cue":
         text = cue(env=env, pool=pool, max_age_days=max_age_days)
-    elif fmt == "kyverno":
-        text = kyverno(env=env, pool=pool, max_age_days=max_age_days, repository=repository, key=key,
-                       identity=identity, issuer=issuer, tlog=tlog)
     else:
         text = policy_controller(env=env, pool=pool, max_age_days=max_age_days, repository=repository, key=key,
                                  identity=identity, issuer=issuer, tlog=tlog)

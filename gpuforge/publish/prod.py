@@ -72,21 +72,35 @@ def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: 
     return None
 
 
+def _deciding(pool, attestations: list[Report] | list[dict]) -> list[Report] | list[dict]:
+    """What decides for `pool`: the newest GPU statement (registry order) from a node of the pool when there is one,
+    so a red run there (a nightly canary after a driver upgrade) is not hidden by an older green one; else all of
+    them, each then saying why it does not cover the pool."""
+    on_pool = []
+    for a in attestations:
+        rep = Report.of(a, "GPU validation statement")
+        if rep.gpu and statements.host_matches(pool, rep.host_of()) is None:
+            on_pool.append(a)
+    return on_pool[-1:] or attestations
+
+
 def pools_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None,
                   image_id: str | None = None, max_age_days: float | None = None) -> list[str]:
-    """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) that no attestation in
-    `attestations` (verified GPU validation predicates of this digest) covers, in the fleet's order."""
+    """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) whose deciding statement in
+    `attestations` (verified GPU validation predicates of this digest, in registry order) does not cover them, in the
+    fleet's order."""
     return [p.name for p in target.pools
             if not any(covers(p, a, built_at=built_at, image_id=image_id, max_age_days=max_age_days) is None
-                       for a in attestations)]
+                       for a in _deciding(p, attestations))]
 
 
 def why_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None, image_id: str | None = None,
                 max_age_days: float | None = None) -> str:
-    """One phrase per missing pool: its description and the last attestation's reason (for the refusal)."""
+    """One phrase per missing pool: its description and the deciding attestation's reason (for the refusal)."""
     out = []
     for p in target.pools:
-        reasons = [covers(p, a, built_at=built_at, image_id=image_id, max_age_days=max_age_days) for a in attestations]
+        reasons = [covers(p, a, built_at=built_at, image_id=image_id, max_age_days=max_age_days)
+                   for a in _deciding(p, attestations)]
         if None in reasons:
             continue
         out.append(f"{p.describe()}: " + (reasons[-1] if reasons else "no GPU attestation"))

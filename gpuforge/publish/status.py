@@ -59,17 +59,33 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
     gpu_runs = [reports[s.index] for s in signed if reports[s.index].gpu_run()]
     out = {"signed": len(signed), "green": not evidence.problems(newest), "validated_at": newest.validated_at(),
            "expires": expiry(newest.validated_at(), ttl_days), "run": newest.run.id if newest.run else None, "gpu": None,
-           "canary": None}
-    canaries = [reports[s.index] for s in signed if reports[s.index].run and reports[s.index].run.canary]
-    if canaries:  # the newest re-run on what an environment holds (gpuforge canary): red blocks promotion while newest
-        c = canaries[-1]
-        out["canary"] = {"env": c.run.canary, "green": not evidence.problems(c, require_gpu=c.gpu_run()),
-                         "gpu": c.gpu_run(), "at": c.run.signed_at, "newest": c is newest or (c.gpu_run() and c is gpu_runs[-1])}
+           "canaries": canaries(signed, reports, newest)}
     if gpu_runs:
         model, driver = gpu_runs[-1].gpu_summary()
         out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
                       "validated_at": gpu_runs[-1].validated_at(),
                       "expires": expiry(gpu_runs[-1].validated_at(), ttl_days)}
+    return out
+
+
+def canaries(signed: list, reports: dict, newest: Report) -> list[dict]:
+    """The newest canary (gpuforge canary) per scope: the non-GPU checks, and each GPU host (models and driver, as a
+    fleet pool sees it). What a red one blocks: the non-GPU one every promotion while it is the digest's newest
+    statement; a GPU one prod for the pool of its host while it is that host's newest GPU statement."""
+    last: dict[str, tuple[Report, bool]] = {}
+    newest_of_host: dict[str, Report] = {}
+    for s in signed:
+        rep = reports[s.index]
+        scope = "image" if not rep.gpu_run() else " ".join(filter(None, rep.gpu_summary()))
+        if rep.gpu_run():
+            newest_of_host[scope] = rep
+        if rep.run and rep.run.canary:
+            last[scope] = (rep, rep.gpu_run())
+    out = []
+    for scope, (c, gpu) in last.items():
+        deciding = newest_of_host.get(scope) if gpu else newest
+        out.append({"scope": scope, "env": c.run.canary, "gpu": gpu, "at": c.run.signed_at,
+                    "green": not evidence.problems(c, require_gpu=gpu), "deciding": deciding is c})
     return out
 
 
@@ -174,10 +190,12 @@ def _text(row: dict) -> list[str]:
                  f"{_expiry_text(gpu.get('expires'))})") if gpu else "no GPU evidence"
         lines.append(f"  evidence: {'GREEN' if ev['green'] else 'NOT GREEN'} (newest of {ev['signed']} signed run(s), "
                      f"{ev.get('validated_at')}{_expiry_text(ev.get('expires'))}); {gpu_s}")
-        c = ev.get("canary")
-        if c:
-            blocks = "; blocks promotion of this digest until a green run" if not c["green"] and c["newest"] else ""
-            lines.append(f"  canary ({c['env']}{', GPU' if c['gpu'] else ''}): {'green' if c['green'] else 'RED'} at {c['at']}{blocks}")
+        for c in ev.get("canaries") or ():
+            blocks = ""
+            if not c["green"] and c["deciding"]:
+                blocks = ("; blocks prod for the pool of this GPU host until a green run there" if c["gpu"]
+                          else "; blocks promotion of this digest until a green run")
+            lines.append(f"  canary ({c['env']}, {c['scope']}): {'green' if c['green'] else 'RED'} at {c['at']}{blocks}")
     loc = row["local"]
     if loc is None:
         lines.append("  local build: none in this checkout")

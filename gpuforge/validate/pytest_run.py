@@ -148,7 +148,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         try:
             image = c.images.get(image_id)
         except docker.errors.ImageNotFound:
-            msg = f"{t.id}: image {image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`"
+            msg = (f"{t.id}: image {image_id[:19]} was removed from the engine before it was validated" if images else
+                   f"{t.id}: image {image_id[:19]} recorded by the last build is gone; run `gpuforge build {t.id}`")
             raise EngineError(msg) from None
         rpath = report_path(reports, t.id, gpu)
         # opened (symlinks refused, writability known) before a minutes-long run, written only after it

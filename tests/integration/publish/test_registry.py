@@ -743,14 +743,14 @@ def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(pushed
     assert newest["run"]["canary"] == "dev" and newest["run"]["subject"] == ref and not newest["run"].get("reused_from")
     assert newest["facts"]["image_id"] == res["report"]["facts"]["image_id"]  # the bytes dev holds, as pulled
     r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
-    assert r.returncode == 0 and "canary (dev): green at" in r.stdout, r.stdout[-2000:]
+    assert r.returncode == 0 and "canary (dev, image): green at" in r.stdout, r.stdout[-2000:]
     # red: a canary whose check failed (a driver that moved, a new CVE check): signed like any run, newest
     red = _fixture_rep(newest, "a canary's failed check written in")
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     red["run"] = {k: v for k, v in red["run"].items() if k in ("canary", "gpuforge_version", "revision", "machine", "finished")}
     _sign(tr, res["digest"], red, cosign_keys)
     r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
-    assert "canary (dev): RED at" in r.stdout and "blocks promotion of this digest until a green run" in r.stdout, r.stdout
+    assert "canary (dev, image): RED at" in r.stdout and "; blocks promotion of this digest until a green run" in r.stdout, r.stdout
     _refused(tr, "is not evidence: failed: test_root_login_refused", cosign_keys, env="dev")
     # nothing to prove where the environment holds nothing
     r = gpuforge("--matrix", str(m), "canary", "--env", "prod", "--sign-key", cosign_keys["key"], env=env)

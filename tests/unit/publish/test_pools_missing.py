@@ -75,3 +75,17 @@ def test_a_reused_gpu_run_of_the_same_bytes_counts_though_it_ran_before_this_bui
     earlier["run"] = {"reused_from": {"source": "127.0.0.1:5000/gpuforge/a@sha256:" + "1" * 64,
                                       "key": "sha256:" + "2" * 64}}
     assert prod.pools_missing(t, [h200, a100, earlier], built_at=BUILT) == []
+
+
+def test_the_newest_statement_of_a_pool_decides_for_it(tmp_path):
+    """A red run on a node of a pool (a nightly canary after a driver upgrade) blocks that pool though an older green
+    one is there; a green run signed after it covers the pool again; another pool's red run does not count here."""
+    t = _target(tmp_path)
+    base = base_from_h200_run()
+    h200, a100, l4 = _three()
+    red_h200 = gpu_report(base, started=AFTER + 3600)
+    red_h200["checks"][0] = {**red_h200["checks"][0], "outcome": "failed"}
+    assert prod.pools_missing(t, [h200, a100, l4, red_h200], built_at=BUILT) == ["h200"]
+    assert "not green" in prod.why_missing(t, [h200, a100, l4, red_h200], built_at=BUILT)
+    assert prod.pools_missing(t, [h200, a100, l4, red_h200, gpu_report(base, started=AFTER + 7200)], built_at=BUILT) == []
+    assert prod.pools_missing(t, [red_h200, h200, a100, l4], built_at=BUILT) == []  # the red one is older
