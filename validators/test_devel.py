@@ -134,7 +134,8 @@ def test_runtime_has_no_cuda_compiler(host, target):
     """A runtime image ships no CUDA compiler or toolkit wheel: that is the devel image's promise and its size."""
     if target.flavor != "runtime":
         pytest.skip("a devel image carries the toolkit (the checks above)")
-    found = sh(host, "command -v nvcc ptxas; ls \"${CUDA_HOME:-/nonexistent}/bin\" 2>/dev/null; "
+    # one name per `command -v`: dash's looks at its first operand only
+    found = sh(host, "for c in nvcc ptxas; do command -v \"$c\"; done; ls \"${CUDA_HOME:-/nonexistent}/bin\" 2>/dev/null; "
                      "python3 -m pip list --format=freeze 2>/dev/null | grep -iE '^nvidia-cuda-(nvcc|cccl)' || true",
                check=False).stdout.split()
     assert not found, f"a runtime image holds CUDA compiler parts: {found}"
