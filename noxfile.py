@@ -12,7 +12,8 @@ nox.options.default_venv_backend = "uv|virtualenv"
 PY = "3.11"
 
 
-PARALLEL = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+# the 25 slowest steps are listed beside the per-module table (tests/conftest.py): where the next cut of #27 is
+PARALLEL = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "--durations", "25"]
 LOCK = "requirements/dev.lock"  # every dependency and extra, pinned with hashes (`nox -s lock` rewrites it)
 
 
