@@ -76,7 +76,7 @@ def test_buildx_is_chosen_when_present_and_classic_can_be_forced(buildx_present,
 @pytest.fixture(scope="module")
 def second_engine(docker_engine):
     if not (shutil.which("dockerd") and shutil.which("ip")):
-        need("needs dockerd and ip (a second engine for the registry-cache test)")
+        need("needs dockerd and ip (a second engine: runner B of the registry-cache test, and the classic build)")
     try:
         eng = SecondEngine(outbound=True)  # the classic --no-cache build downloads its wheels
     except (StartError, subprocess.CalledProcessError) as e:
