@@ -37,7 +37,7 @@ DEVEL_FILES = {
     "bin/ptxas": "PTX to SASS (Triton, numba and NVRTC users call it)",
     "nvvm/libdevice/libdevice.10.bc": "NVVM's math library",
 }
-_PTXAS = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")  # what ptxas and nvcc --version print
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_toolkit_wheels_at_their_pins(host, devel, cuda_home, facts):
     off = {n: (got[n], want) for n, want in pins.items() if got[n] != want}
     assert not off, f"toolkit wheels not at their pins (installed, pinned): {off}"
     out = sh(host, "%s/bin/ptxas --version", cuda_home).stdout
-    m = _PTXAS.search(out)
+    m = _RELEASE.search(out)
     assert m, f"ptxas --version printed no release: {out[-300:]}"
     facts.setdefault("devel", {})["ptxas"] = m.group(2)
     nvcc = next((v for n, v in pins.items() if n.startswith("nvidia-cuda-nvcc")), None)
@@ -124,7 +124,7 @@ def test_cuda_base_devel_nvcc_is_the_target_cuda(host, target, facts):
     if target.flavor != "devel" or target.get("toolkit"):
         pytest.skip("only a devel image on an nvidia/cuda devel base carries nvcc")
     r = sh(host, "PATH=\"$PATH:/usr/local/cuda/bin\" nvcc --version", check=False)
-    m = _PTXAS.search(r.stdout)
+    m = _RELEASE.search(r.stdout)
     assert m, f"no nvcc in a cuda-base devel image (exit {r.rc}): {(r.stderr or r.stdout)[-300:]}"
     facts.setdefault("devel", {})["nvcc"] = m.group(2)
     assert m.group(1) == target.cuda, f"nvcc is CUDA {m.group(1)}, the target's CUDA is {target.cuda}"

@@ -6,9 +6,8 @@ validators run on it (`--gpu`: the GPU set, on a GPU runner; never reused by con
 the result is signed onto that digest in the run like any validation, marked `run.canary = ENV` (reports under
 REPORTS/canary-ENV/). A run whose failures are the node's (readiness blames the host) signs nothing. The checks
 expect what this checkout's matrix and validators expect: a digest that no longer matches them is what a canary is
-for. Being the digest's
-newest signed statement, a red canary blocks every further promotion of that digest until a green run is signed
-after it, and `status` shows it. The build records of this checkout are neither read nor changed.
+for. Being the digest's newest signed statement, a red canary blocks every further promotion of that digest until a
+green run is signed after it, and `status` shows it. The build records of this checkout are neither read nor changed.
 """
 
 from __future__ import annotations

@@ -76,11 +76,12 @@ def canaries(signed: list, reports: dict, newest: Report) -> list[dict]:
     newest_of_host: dict[str, Report] = {}
     for s in signed:
         rep = reports[s.index]
-        scope = "image" if not rep.gpu_run() else " ".join(filter(None, rep.gpu_summary()))
-        if rep.gpu_run():
+        gpu = rep.gpu_run()
+        scope = " ".join(filter(None, rep.gpu_summary())) if gpu else "image"
+        if gpu:
             newest_of_host[scope] = rep
         if rep.run and rep.run.canary:
-            last[scope] = (rep, rep.gpu_run())
+            last[scope] = (rep, gpu)
     out = []
     for scope, (c, gpu) in last.items():
         deciding = newest_of_host.get(scope) if gpu else newest
