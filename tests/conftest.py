@@ -215,14 +215,33 @@ def cosign_keys():
 
 
 @pytest.fixture(scope="session")
-def validated(default_build, cosign_keys):
+def installed():
+    """gpuforge installed as a user installs it (`pip install .[validate]`, not editable) into a venv of this run: its
+    `gpuforge` executable. Once per run: `validated` runs this copy, and test_install.py asks it too."""
+    import tempfile
+
+    from installed import install
+
+    with once_per_run("installed") as (made, save):
+        if made is None:
+            made = str(install(Path(tempfile.mkdtemp(prefix="venv-", dir=os.environ["GPUFORGE_STATE_DIR"]))))
+            save(made)
+    return Path(made)
+
+
+@pytest.fixture(scope="session")
+def validated(default_build, cosign_keys, installed):
     """The default image pushed with credentials to the run's htpasswd registry (`gpuforge push`), then the full
     non-GPU validator suite run once per test run against it with `gpuforge validate --attest`: a green report,
     signed onto the pushed digest in that run. Once, not per module: the modules that promote, report or inspect
-    it share this one push (6 GB gzipped) and this one run of every validator."""
+    it share this one push (6 GB gzipped) and this one run of every validator.
+
+    That validate is the installed copy's (`installed`), run from the repository root with its `clean` again and again
+    beside it (tests/installed.py): test_install.py asserts what it said and what each clean saw (`beside`)."""
     import re
     import time
 
+    from installed import validate_with_clean_beside
     from registries import PASSWORD, USER, run_registry
 
     host = run_registry()
@@ -237,16 +256,18 @@ def validated(default_build, cosign_keys):
             pushed = {"seconds": time.monotonic() - t0, "ref": "", "digest": ""}
             pushed["ref"], pushed["digest"] = re.search(r"pushed (\S+)@(sha256:[0-9a-f]{64}) \(gzip", r.stdout).groups()
             t0 = time.monotonic()
-            r = gpuforge("validate", "--attest", "--sign-key", cosign_keys["key"], "--registry", host,
-                         "--reports", str(reports), env={**env, "GITHUB_STEP_SUMMARY": str(summary)})
-            assert r.returncode == 0, f"validate --attest failed:\n{r.stdout[-5000:]}\n{r.stderr[-2000:]}"
-            assert "signed this run's validation (green)" in r.stdout, r.stdout[-2000:]
-            done = {"seconds": time.monotonic() - t0, "push": pushed}
+            beside = validate_with_clean_beside(
+                installed, ["--attest", "--sign-key", cosign_keys["key"], "--registry", host, "--reports", str(reports),
+                            "--progress", "plain"],
+                {**env, "GITHUB_STEP_SUMMARY": str(summary)}, f"validated-{os.getpid()}", default_build[0].id)
+            assert beside["rc"] == 0, f"validate --attest failed:\n{beside['out'][-6000:]}"
+            assert "signed this run's validation (green)" in beside["out"], beside["out"][-2000:]
+            done = {"seconds": time.monotonic() - t0, "push": pushed, "beside": beside}
             save(done)
     print(f"\npush of the default image: {done['push']['seconds']:.0f} s; full non-GPU validator suite, signed: "
           f"{done['seconds']:.1f} s")
     return {"reports": reports, "summary": summary, "seconds": done["seconds"], "target": default_build[0],
-            "record": default_build[1], "registry": host, "push": done["push"]}
+            "record": default_build[1], "registry": host, "push": done["push"], "beside": done["beside"]}
 
 
 # --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------

@@ -25,9 +25,11 @@ TRIXIE=(docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5 soci-snapshotter=0.4.1-5+b3
 need=()
 # The user-journey tests' real clients (#19): headless Chromium + its WebDriver (Selenium drives them) and
 # Prometheus 2.42 with promtool, nginx as Jupyter's reverse proxy at a sub-path (#30); Debian bookworm's own packages.
+# pigz: dockerd and containerd decompress gzip layers (pull, unpack, a zstd conversion) with unpigz when it is on the
+# PATH, and with Go's slower gzip otherwise.
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
            openssl:openssl ssh:openssh-client ssh-keygen:openssh-client jq:jq chromium:chromium chromedriver:chromium-driver \
-           prometheus:prometheus promtool:prometheus nginx:nginx-light; do
+           prometheus:prometheus promtool:prometheus nginx:nginx-light unpigz:pigz; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it

@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -50,8 +51,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, *, timeout: float = 90, ok=(200,), headers: dict | None = None, running=None) -> requests.Response:
-    """GET url until it answers with a status in `ok`; fail with what was seen (and the container's logs)."""
+def wait_http(url: str, *, timeout: float = 90, ok=(200,), headers: dict | None = None, running=None,
+              refused=None) -> requests.Response:
+    """GET url until it answers with a status in `ok`; fail with what was seen (and the container's logs). `refused`,
+    when given, says why no answer can come (or None): it fails at once instead of at the timeout."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
@@ -62,6 +65,9 @@ def wait_http(url: str, *, timeout: float = 90, ok=(200,), headers: dict | None 
             last = f"HTTP {r.status_code}"
         except requests.RequestException as e:
             last = type(e).__name__
+        why = refused() if refused is not None else None
+        if why:
+            pytest.fail(f"{url} cannot answer ({last}): {why}")
         if running is not None and running.status() == "exited":
             pytest.fail(f"the container exited before {url} answered ({last}); logs:\n{running.logs()[-2500:]}")
         if time.monotonic() > deadline:
@@ -81,21 +87,39 @@ def answered(url: str, seconds: float, *, headers: dict | None = None, alive=Non
     return None
 
 
+class Tunnel:
+    """A running `ssh -N -L` and what it has said on stderr so far."""
+
+    def __init__(self, proc: subprocess.Popen, err):
+        self.proc, self._err = proc, err
+
+    def said(self) -> str:
+        self._err.seek(0)
+        return self._err.read()
+
+    def refused(self) -> str | None:
+        """sshd's refusal of the forward (AllowTcpForwarding, PermitOpen), which no retry changes; else None."""
+        return next((x for x in self.said().splitlines() if "administratively prohibited" in x), None)
+
+
 @contextlib.contextmanager
 def tunnel(argv: list[str], local_port: int, timeout: float = 30):
     """An `ssh -N -L` process, up when its local port accepts; always ended."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: read while ssh runs, and it never fills up
+    # ssh logs a refused channel ("open failed: administratively prohibited") at INFO; the first -o LogLevel wins
+    argv = [argv[0], "-o", "LogLevel=INFO", *argv[1:]]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", local_port), timeout=1):
                 break
             if proc.poll() is not None:
-                pytest.fail(f"ssh -L exited {proc.returncode}: {proc.stderr.read()[-1500:]}")
+                pytest.fail(f"ssh -L exited {proc.returncode}: {Tunnel(proc, err).said()[-1500:]}")
             if time.monotonic() > deadline:
                 pytest.fail(f"ssh -L did not listen on 127.0.0.1:{local_port} within {timeout:.0f} s")
             time.sleep(0.2)
-        yield proc
+        yield Tunnel(proc, err)
     finally:
         proc.terminate()
         try:
@@ -103,6 +127,7 @@ def tunnel(argv: list[str], local_port: int, timeout: float = 30):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        err.close()
 
 
 def simple_index(out_dir: Path, wheels: list[Path]) -> None:

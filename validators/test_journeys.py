@@ -97,8 +97,8 @@ def test_ssh_local_forward_reaches_the_container_loopback(ssh_server, tmp_path, 
     argv = ssh_argv(ssh_server, key_file(ssh_server, tmp_path), "-N", "-o", "ExitOnForwardFailure=yes",
                     "-L", f"{local}:localhost:8765")
     try:
-        with tunnel(argv, local):
-            r = wait_http(f"http://127.0.0.1:{local}/target.json", timeout=30)
+        with tunnel(argv, local) as t:
+            r = wait_http(f"http://127.0.0.1:{local}/target.json", timeout=30, refused=t.refused)
     finally:  # the ssh container is shared: leave nothing listening (test_ssh counts the listeners)
         c.exec_run(["sh", "-c", "kill $(cat /tmp/gpuforge-probe.pid)"], user=str(target.uid))
     assert json.loads(r.text)["id"] == target.id

@@ -19,7 +19,7 @@ from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.validate import report
+from gpuforge.validate import pytest_run, report
 from gpuforge.validate.pytest_run import GPU_MODULES
 
 pytestmark = pytest.mark.docker
@@ -117,7 +117,7 @@ BROKEN += [  # the image's users (#19): each journey's validator fails for its o
     ("ssh-login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
      "test_journeys.py::test_ssh_pty_login_gets_the_image_environment", "not the venv's"),
     ("ssh-no-local-forwarding", ["USER root", f"RUN sed -i 's/^AllowTcpForwarding local/AllowTcpForwarding no/' {SSHD}", "USER 1000"],
-     "test_journeys.py::test_ssh_local_forward_reaches_the_container_loopback", "did not answer"),
+     "test_journeys.py::test_ssh_local_forward_reaches_the_container_loopback", "administratively prohibited"),
     ("ssh-forward-anywhere", ["USER root", f"RUN sed -i '/^PermitOpen/d' {SSHD}", "USER 1000"],
      "test_journeys.py::test_ssh_forwarding_beyond_loopback_and_remote_refused", "(not loopback) was forwarded"),
     ("jupyter-lab-as-an-argument", ["USER root", f"RUN sed -i 's/^        lab | server) app=/        server) app=/' {ENTRYPOINT}", "USER 1000"],
@@ -225,9 +225,10 @@ def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -
         target = tmp_path / "target.json"
         target.write_text(t.expected_json())
         out = tmp_path / "report.json"
-        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", "-p", "no:cacheprovider", "-q",
+        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", *pytest_run.PLUGIN_ARGS, "-q",
                             "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target", str(target),
-                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, **pytest_run.PLUGIN_ENV})
         return r, json.loads(out.read_text())
     finally:
         engine.images.remove(img.id, force=True)
@@ -425,10 +426,11 @@ def test_validators_run_over_ssh(default_build, tmp_path):
         cfg.write_text("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
         spec = f"ssh://{t.settings.user}@127.0.0.1:{c.port(22)}"
         # testinfra's own options: --hosts and its connection options reach the checks' `host`
-        r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", "-p", "no:cacheprovider", "-q",
+        r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", *pytest_run.PLUGIN_ARGS, "-q",
                             "--rootdir", "validators", "--hosts", spec, "--ssh-identity-file", str(tmp_path / "id_rsa"),
                             "--ssh-config", str(cfg), "--gpuforge-target", str(target),
-                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **pytest_run.PLUGIN_ENV})
     rep = json.loads(out.read_text())
     assert r.returncode == 0, r.stdout[-3000:]
     assert rep["host"].startswith("ssh://") and rep["facts"]["versions"]["torch"] == t.expected().torch

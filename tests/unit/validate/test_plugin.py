@@ -5,19 +5,22 @@ testinfra, on local:// and on an ssh:// that refuses (no engine needed)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 from gpuforge import paths
+from gpuforge.validate import pytest_run
 
 ROOT = paths.project_root()
 
 
 def _validators(tmp_path, *args: str, file: str = "test_versions.py") -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "report.json"
-    r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{file}", "-p", "no:cacheprovider", "-q",
+    r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{file}", *pytest_run.PLUGIN_ARGS, "-q",
                         "--rootdir", "validators", "--gpuforge-report", str(out), *args],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                       env={**os.environ, **pytest_run.PLUGIN_ENV})
     return r, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -70,3 +73,21 @@ def test_a_target_json_of_another_shape_is_one_usage_line(tmp_path):
     r, _ = _validators(tmp_path, "--hosts", "local://", "--gpuforge-target", str(bad))
     assert r.returncode == 4
     assert f"{bad}: torch=2.7 is not a version or name" in r.stderr and "Traceback" not in r.stderr
+
+
+def _plugins(plugin_args: tuple[str, ...], env: dict) -> str:
+    """The plugins pytest registers for the validators (its --trace-config lines), collecting only."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", *plugin_args, "-q",
+                        "--rootdir", "validators", "--co", "--trace-config"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    return "\n".join(x for x in r.stdout.splitlines() if x.startswith("PLUGIN registered"))
+
+
+def test_a_validator_run_loads_testinfra_and_no_other_installed_plugin():
+    """hypothesis's pytest plugin is installed beside gpuforge here (the dev lock): a validator run does not load it
+    (nor would it a pytest-randomly that reorders checks), yet loads testinfra, whose --hosts the checks stand on."""
+    ours = _plugins(pytest_run.PLUGIN_ARGS, {**os.environ, **pytest_run.PLUGIN_ENV})
+    assert "testinfra" in ours and "hypothesis" not in ours, ours
+    autoloaded = _plugins(("-p", "no:cacheprovider"), dict(os.environ))
+    assert "hypothesis" in autoloaded, "hypothesis is not installed here: this test proves nothing"
