@@ -1,8 +1,12 @@
 """Runs inside the image (sent by test_linking.py as `python3 -c`; the image carries no copy): the facts of how the
 image's binaries link, printed as one JSON line. It judges nothing: the validator holds the allowances.
 
-- elf: every ELF file of the image under the venv's site-packages and the system folders, resolved with `ldd` (files
-  the host mounted in, such as a GPU node's driver libraries, are counted, not resolved). A file in
+- elf: every ELF file of the image under the venv's site-packages and the system folders, resolved as `ldd` resolves
+  it: the loader's trace (LD_TRACE_LOADED_OBJECTS), one loader run per dynamic file instead of ldd's shell, --verify
+  run and pipe (5.4 -> 0.9 s of CPU for the default image's 1,044 files, the same unresolved set); a file with no
+  PT_DYNAMIC (static, or an object file) has nothing to resolve and is never handed to the loader, which would run
+  it; a file of another ELF class goes to ldd itself. Files the host mounted in, such as a GPU node's driver
+  libraries, are counted, not resolved. A file in
   site-packages is resolved as Python loads it: beside its own folder, torch/lib and nvidia/*/lib (torch is
   imported first and its extensions find their siblings already loaded).
 - dlopen: every nvidia/*/lib/*.so* and torch/lib/*.so*, opened by path with RTLD_NOW (and, when that fails, with
@@ -64,12 +68,41 @@ def elf_files():
 GPU_DIRS = [*sorted(glob.glob(f"{SITE}/nvidia/*/lib")), f"{SITE}/torch/lib"]
 
 
+RTLD = "/lib64/ld-linux-x86-64.so.2"  # the x86-64 loader of ldd's RTLDLIST
+
+
+def linkage(path):
+    """'dynamic' (an x86-64 ELF with a PT_DYNAMIC segment, what ldd's --verify accepts), 'static' (none: nothing to
+    resolve), or 'other' (another class or machine: ldd decides)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[4] != 2 or head[5] != 1 or int.from_bytes(head[18:20], "little") != 62:
+                return "other"  # not ELF64, little-endian, x86-64
+            if int.from_bytes(head[16:18], "little") not in (2, 3):  # ET_EXEC, ET_DYN
+                return "static"
+            phoff, phentsize, phnum = (int.from_bytes(head[32:40], "little"), int.from_bytes(head[54:56], "little"),
+                                       int.from_bytes(head[56:58], "little"))
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return "other"
+    types = {int.from_bytes(table[i:i + 4], "little") for i in range(0, len(table) - 3, phentsize or 1)}
+    return "dynamic" if 2 in types else "static"  # PT_DYNAMIC
+
+
 def ldd(path):
     env = dict(os.environ)
     if path.startswith(SITE + "/"):
         env["LD_LIBRARY_PATH"] = ":".join([os.path.dirname(path), *GPU_DIRS, env.get("LD_LIBRARY_PATH", "")])
+    kind = linkage(path) if os.path.exists(RTLD) else "other"
+    if kind == "static":
+        return path, []
+    argv = ["ldd", path]
+    if kind == "dynamic":
+        argv, env["LD_TRACE_LOADED_OBJECTS"] = [RTLD, path], "1"
     try:
-        r = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, timeout=60)
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     except subprocess.TimeoutExpired:
         return path, ["(ldd timed out)"]
     missing = [ln.split("=>")[0].strip() for ln in r.stdout.splitlines() if "=> not found" in ln]
@@ -192,4 +225,5 @@ def main(parts):
     print(json.dumps(out))
 
 
-main(sys.argv[1:])
+if __name__ == "__main__":  # `python3 -c` in the image; imported by its unit test
+    main(sys.argv[1:])
