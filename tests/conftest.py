@@ -321,15 +321,16 @@ def pytest_sessionfinish(session, exitstatus):
 # that way), and the loads come out even (~1,400 s each). A third engine-matrix test would let B take test_buildx
 # first: tests/unit/core/test_module_order.py counts them. Seconds: a full two-worker run of `nox -s tests` on 2 cores
 # (2026-12-05, an engine pruned to nothing, as CI's is); the default build, the run's push and signed validation
-# (~500 s) count in test_registry, which needs them first.
+# (~520 s) count in test_registry, which needs them first.
 LONGEST_FIRST = (
-    "tests/integration/publish/test_engine_matrix.py",      # ~740 s: a second engine's cold build, a validation, zstd
-    "tests/integration/publish/test_registry.py",           # ~820 s: cold default build, the run's push + validation
+    "tests/integration/publish/test_engine_matrix.py",      # ~720 s: a second engine's cold build, a validation, zstd
+    "tests/integration/publish/test_registry.py",           # ~890 s: cold default build, the installed copy's venv, the
+                                                            # run's push + validation (with clean beside it), the canary
     "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
-    "tests/integration/validate/test_validators.py",        # ~390 s
-    "tests/integration/validate/test_devel_target.py",      # ~215 s: the devel build and its full validation
-    "tests/integration/core/test_install.py",               # ~150 s: a venv and a full validate with clean beside it
-    "tests/integration/builder/test_build.py",              # ~70 s
+    "tests/integration/validate/test_validators.py",        # ~300 s
+    "tests/integration/validate/test_devel_target.py",      # ~210 s: the devel build and its full validation
+    "tests/integration/builder/test_build.py",              # ~40 s
+    "tests/integration/core/test_install.py",               # seconds: asserts what the run's validation did
     "tests/integration/publish/test_fleet_promotion.py",    # ~15 s: its push mounts the run's layers
     "tests/integration/core/test_clean.py",                 # ~10 s
 )
