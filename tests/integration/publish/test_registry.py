@@ -43,6 +43,7 @@ from registries import (
     LocalRegistry,
     documented_consumer_command,
     free_port,
+    link_run_layers,
     run_registry,
 )
 from second_engine import Registry as RegistryProcess
@@ -183,6 +184,7 @@ def token_pushed(gpu_signed, token_registry, cosign_keys):
     tt = _target(t, token_registry.host, "gpuforge/pytorch")
     att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
     t0 = time.monotonic()
+    assert t.registry == run_registry() and link_run_layers(t.repository, token_registry, tt.repository)
     with auth_file(state_here.auth(), t.registry, tt.registry) as af:
         for src, dst in ((f"{t.repository}@{res['digest']}", f"{tt.repository}:{tt.tag}"),
                          (f"{t.repository}:{att}", f"{tt.repository}:{att}")):
@@ -565,6 +567,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
     try:
         tk = _target(t, reg.host, "gpuforge/pytorch")
         att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
+        assert t.registry == run_registry() and link_run_layers(t.repository, reg, tk.repository)
         with auth_file(state_here.auth(), t.registry) as af:
             for src, dst in ((f"{t.repository}@{res['digest']}", f"{tk.repository}:{tk.tag}"),
                              (f"{t.repository}:{att}", f"{tk.repository}:{att}")):
