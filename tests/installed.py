@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,8 +54,9 @@ def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: st
     from conftest import ROOT
 
     env = {**_env(), **env, "GPUFORGE_RUN_ID": run_id}
-    v = subprocess.Popen([str(exe), "validate", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    # its output to a file, read at the end: a pipe nobody reads while the loop runs would fill (64 KB) and stall it
+    log = tempfile.TemporaryFile(mode="w+")
+    v = subprocess.Popen([str(exe), "validate", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     cleans: list[dict] = []
     try:
         while v.poll() is None:
@@ -65,9 +67,11 @@ def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: st
             live = bool(before & {c.id for c in run.leftovers()})
             cleans.append({"rc": r.returncode, "stderr": r.stderr, "stdout": r.stdout, "live": live})
             time.sleep(3)
-        out = v.stdout.read()
     finally:
         if v.poll() is None:
             v.send_signal(signal.SIGINT)
             v.wait(timeout=120)
+        log.seek(0)
+        out = log.read()
+        log.close()
     return {"rc": v.returncode, "out": out, "cleans": cleans}
