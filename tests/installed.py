@@ -47,10 +47,12 @@ def run_installed(exe: Path, *args: str, cwd: Path | None = None, env: dict | No
                           env={**_env(), **(env or {})})
 
 
-def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: str, target_id: str) -> dict:
+def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: str, target_id: str,
+                               seconds: float = 3600) -> dict:
     """`exe validate ARGS` from the repository root as run `run_id`, with `exe clean` every 3 s beside it until it
-    ends. Returns its exit status and output, and each clean's exit status, stderr, stdout and whether one of the
-    validate's containers was there before and after that clean (so was live during it)."""
+    ends (stopped with Ctrl-C after `seconds`, then killed: it holds the run's `validated` lock). Returns its exit
+    status and output, and each clean's exit status, stderr, stdout and whether one of the validate's containers was
+    there before and after that clean (so was live during it)."""
     from conftest import ROOT
 
     env = {**_env(), **env, "GPUFORGE_RUN_ID": run_id}
@@ -58,8 +60,9 @@ def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: st
     log = tempfile.TemporaryFile(mode="w+")
     v = subprocess.Popen([str(exe), "validate", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     cleans: list[dict] = []
+    deadline = time.monotonic() + seconds
     try:
-        while v.poll() is None:
+        while v.poll() is None and time.monotonic() < deadline:
             before = {c.id for c in run.leftovers(f"{run_id}-{target_id}"[:60])}
             r = run_installed(exe, "clean", timeout=300)
             # one of validate's containers there before and after this clean was there during it (one may also end
@@ -70,7 +73,11 @@ def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: st
     finally:
         if v.poll() is None:
             v.send_signal(signal.SIGINT)
-            v.wait(timeout=120)
+            try:
+                v.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                v.kill()
+                v.wait()
         log.seek(0)
         out = log.read()
         log.close()

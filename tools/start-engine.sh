@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1; then
-        exec sudo --preserve-env=PIP_CERT,SSL_CERT_FILE,REQUESTS_CA_BUNDLE,http_proxy,https_proxy,no_proxy \
+        exec sudo --preserve-env=PIP_CERT,SSL_CERT_FILE,REQUESTS_CA_BUNDLE,UV_INDEX_URL,UV_DEFAULT_INDEX,UV_NATIVE_TLS,http_proxy,https_proxy,no_proxy \
             SUDO_INVOKER="$(id -un)" bash "$0" "$@"
     fi
     echo "start-engine: needs root (apt-get, dockerd) and there is no sudo; run it as root" >&2

@@ -3,7 +3,7 @@ image's binaries link, printed as one JSON line. It judges nothing: the validato
 
 - elf: every ELF file of the image under the venv's site-packages and the system folders, resolved as `ldd` resolves
   it: the loader's trace (LD_TRACE_LOADED_OBJECTS), one loader run per dynamic file instead of ldd's shell, --verify
-  run and pipe (5.4 -> 0.9 s of CPU for the default image's 1,044 files, the same unresolved set); a file with no
+  run and pipe (5.2 -> 0.8 s of CPU for the default image's 1,044 files, the same unresolved set); a file with no
   PT_DYNAMIC (static, or an object file) has nothing to resolve and is never handed to the loader, which would run
   it; a file of another ELF class goes to ldd itself. Files the host mounted in, such as a GPU node's driver
   libraries, are counted, not resolved. A file in

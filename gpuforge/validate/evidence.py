@@ -22,6 +22,7 @@ from pathlib import Path
 from gpuforge import __version__, paths
 from gpuforge.errors import ValidationFailed
 from gpuforge.image import compat
+from gpuforge.validate.plugins import PLUGIN_ARGS, PLUGIN_ENV
 from gpuforge.validate.report_model import Check, Report
 
 # (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
@@ -61,11 +62,12 @@ def validator_set_hash() -> str:
 def required_checks(gpu: bool) -> tuple[str, ...]:
     """The node ids of every validator an image run must report, collected with no user arguments."""
     vdir = paths.validators()
-    argv = [sys.executable, "-m", "pytest", str(vdir), "--collect-only", "-q", "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", str(vdir), "--collect-only", "-q", *PLUGIN_ARGS,
             "--rootdir", str(vdir), "--gpuforge-image", "collect-only"]
     if gpu:
         argv.append("--gpuforge-gpu")
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **PLUGIN_ENV, "PYTHONDONTWRITEBYTECODE": "1"})
     ids = tuple(sorted(line for line in r.stdout.splitlines() if "::" in line and not line.startswith(" ")))
     if r.returncode != 0 or not ids:
         msg = f"cannot collect the validators under {vdir} (pytest exit {r.returncode}): {(r.stderr or r.stdout)[-500:]}"

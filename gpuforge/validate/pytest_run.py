@@ -35,16 +35,11 @@ from gpuforge.state import files
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
+from gpuforge.validate.plugins import PLUGIN_ARGS, PLUGIN_ENV
 
 
 def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
     return reports / target_id / ("report-gpu.json" if gpu else "report.json")
-
-
-# A validator run loads the pytest plugins it needs and no other: a pytest-randomly or pytest-rerunfailures installed
-# beside gpuforge would reorder or retry checks, and hypothesis's plugin alone added 0.7 s to every start (1.4 s -> 0.6 s).
-PLUGIN_ARGS = ("-p", "no:cacheprovider", "-p", "testinfra.plugin")
-PLUGIN_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, containers: bool = True,

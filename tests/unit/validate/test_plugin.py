@@ -88,6 +88,6 @@ def test_a_validator_run_loads_testinfra_and_no_other_installed_plugin():
     """hypothesis's pytest plugin is installed beside gpuforge here (the dev lock): a validator run does not load it
     (nor would it a pytest-randomly that reorders checks), yet loads testinfra, whose --hosts the checks stand on."""
     ours = _plugins(pytest_run.PLUGIN_ARGS, {**os.environ, **pytest_run.PLUGIN_ENV})
-    assert "testinfra" in ours and "hypothesis" not in ours, ours
+    assert "testinfra" in ours and "pytest_timeout" in ours and "hypothesis" not in ours, ours
     autoloaded = _plugins(("-p", "no:cacheprovider"), dict(os.environ))
     assert "hypothesis" in autoloaded, "hypothesis is not installed here: this test proves nothing"
