@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from conftest import ROOT
 from gpuforge.engine import containers as run
 
 
@@ -27,8 +28,6 @@ def _env() -> dict[str, str]:
 
 def install(venv: Path) -> Path:
     """A venv at `venv` with the checkout installed (non-editable); its `gpuforge` executable."""
-    from conftest import ROOT
-
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"{ROOT}[validate]"], capture_output=True, text=True,
                        timeout=900, env=_env())
@@ -41,8 +40,6 @@ def install(venv: Path) -> Path:
 
 def run_installed(exe: Path, *args: str, cwd: Path | None = None, env: dict | None = None,
                   timeout: int = 600) -> subprocess.CompletedProcess:
-    from conftest import ROOT
-
     return subprocess.run([str(exe), *args], cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**_env(), **(env or {})})
 
@@ -53,8 +50,6 @@ def validate_with_clean_beside(exe: Path, args: list[str], env: dict, run_id: st
     ends (stopped with Ctrl-C after `seconds`, then killed: it holds the run's `validated` lock). Returns its exit
     status and output, and each clean's exit status, stderr, stdout and whether one of the validate's containers was
     there before and after that clean (so was live during it)."""
-    from conftest import ROOT
-
     env = {**_env(), **env, "GPUFORGE_RUN_ID": run_id}
     # its output to a file, read at the end: a pipe nobody reads while the loop runs would fill (64 KB) and stall it
     log = tempfile.TemporaryFile(mode="w+")

@@ -192,8 +192,9 @@ def link_run_layers(repo: str, dst: LocalRegistry, dst_repo: str) -> int:
     out = dst.d / layers / dst_repo / "_layers"
     n = 0
     for link in src.rglob("link"):
-        (out / link.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-        (out / link.relative_to(src)).write_bytes(link.read_bytes())
+        made = out / link.relative_to(src)
+        made.parent.mkdir(parents=True, exist_ok=True)
+        made.write_bytes(link.read_bytes())
         n += 1
     return n
 

@@ -149,9 +149,9 @@ def layers_hold(img, needle: bytes) -> bool:
     in place by grep: 4.6 s for the default image, against 35 s to stream `docker save` through the API and scan it here.
     Another graph driver: its `docker save` stream. Either way a file a later layer deletes is still in its own layer."""
     gd = img.attrs.get("GraphDriver") or {}
+    data = gd.get("Data") or {}
     # bottom layer first (LowerDir lists them top down): the base's files are found without reading torch's layer
-    dirs = [*reversed(list(filter(None, (gd.get("Data") or {}).get("LowerDir", "").split(":")))),
-            (gd.get("Data") or {}).get("UpperDir", "")]
+    dirs = [*reversed(list(filter(None, data.get("LowerDir", "").split(":")))), data.get("UpperDir", "")]
     if gd.get("Name") != "overlay2" or os.geteuid() != 0 or not all(os.path.isdir(d) for d in dirs):
         return contains(img.save(chunk_size=8 << 20), needle)  # another driver, or the engine's folders not here
     assert len(dirs) == len(img.attrs["RootFS"]["Layers"]), f"{len(dirs)} layer folders for {len(img.attrs['RootFS']['Layers'])} layers"

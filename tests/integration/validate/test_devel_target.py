@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, gpuforge
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.validate import pytest_run, report
+from gpuforge.validate import plugins, report
 
 pytestmark = pytest.mark.docker
 DEVEL = ["flavor=devel", "source=wheels"]
@@ -101,10 +101,10 @@ def _fails_on(devel_build, docker_engine, tmp_path, lines: list[str], target_jso
                                         labels={"io.gpuforge.test": "broken"})
     try:
         (tmp_path / "target.json").write_text(target_json)
-        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/test_devel.py::{check}", *pytest_run.PLUGIN_ARGS,
+        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/test_devel.py::{check}", *plugins.PLUGIN_ARGS,
                             "-q", "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target",
                             str(tmp_path / "target.json"), "--gpuforge-report", str(tmp_path / "report.json")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **pytest_run.PLUGIN_ENV})
+                           cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **plugins.PLUGIN_ENV})
         rep = json.loads((tmp_path / "report.json").read_text())
     finally:
         docker_engine.images.remove(img.id, force=True)

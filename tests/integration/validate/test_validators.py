@@ -19,7 +19,7 @@ from conftest import ROOT, ctrl_c_able, gpuforge
 from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.validate import pytest_run, report
+from gpuforge.validate import plugins, report
 from gpuforge.validate.pytest_run import GPU_MODULES
 
 pytestmark = pytest.mark.docker
@@ -225,10 +225,10 @@ def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -
         target = tmp_path / "target.json"
         target.write_text(t.expected_json())
         out = tmp_path / "report.json"
-        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", *pytest_run.PLUGIN_ARGS, "-q",
+        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{select}", *plugins.PLUGIN_ARGS, "-q",
                             "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target", str(target),
                             "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                           env={**os.environ, **pytest_run.PLUGIN_ENV})
+                           env={**os.environ, **plugins.PLUGIN_ENV})
         return r, json.loads(out.read_text())
     finally:
         engine.images.remove(img.id, force=True)
@@ -426,11 +426,11 @@ def test_validators_run_over_ssh(default_build, tmp_path):
         cfg.write_text("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
         spec = f"ssh://{t.settings.user}@127.0.0.1:{c.port(22)}"
         # testinfra's own options: --hosts and its connection options reach the checks' `host`
-        r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", *pytest_run.PLUGIN_ARGS, "-q",
+        r = subprocess.run([sys.executable, "-m", "pytest", "validators/test_versions.py", *plugins.PLUGIN_ARGS, "-q",
                             "--rootdir", "validators", "--hosts", spec, "--ssh-identity-file", str(tmp_path / "id_rsa"),
                             "--ssh-config", str(cfg), "--gpuforge-target", str(target),
                             "--gpuforge-report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, **pytest_run.PLUGIN_ENV})
+                           env={**os.environ, **plugins.PLUGIN_ENV})
     rep = json.loads(out.read_text())
     assert r.returncode == 0, r.stdout[-3000:]
     assert rep["host"].startswith("ssh://") and rep["facts"]["versions"]["torch"] == t.expected().torch

@@ -10,17 +10,17 @@ import subprocess
 import sys
 
 from gpuforge import paths
-from gpuforge.validate import pytest_run
+from gpuforge.validate import plugins
 
 ROOT = paths.project_root()
 
 
 def _validators(tmp_path, *args: str, file: str = "test_versions.py") -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "report.json"
-    r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{file}", *pytest_run.PLUGIN_ARGS, "-q",
+    r = subprocess.run([sys.executable, "-m", "pytest", f"validators/{file}", *plugins.PLUGIN_ARGS, "-q",
                         "--rootdir", "validators", "--gpuforge-report", str(out), *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-                       env={**os.environ, **pytest_run.PLUGIN_ENV})
+                       env={**os.environ, **plugins.PLUGIN_ENV})
     return r, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -87,7 +87,7 @@ def _plugins(plugin_args: tuple[str, ...], env: dict) -> str:
 def test_a_validator_run_loads_testinfra_and_no_other_installed_plugin():
     """hypothesis's pytest plugin is installed beside gpuforge here (the dev lock): a validator run does not load it
     (nor would it a pytest-randomly that reorders checks), yet loads testinfra, whose --hosts the checks stand on."""
-    ours = _plugins(pytest_run.PLUGIN_ARGS, {**os.environ, **pytest_run.PLUGIN_ENV})
+    ours = _plugins(plugins.PLUGIN_ARGS, {**os.environ, **plugins.PLUGIN_ENV})
     assert "testinfra" in ours and "pytest_timeout" in ours and "hypothesis" not in ours, ours
     autoloaded = _plugins(("-p", "no:cacheprovider"), dict(os.environ))
     assert "hypothesis" in autoloaded, "hypothesis is not installed here: this test proves nothing"
