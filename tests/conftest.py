@@ -55,6 +55,7 @@ def ctrl_c_able() -> None:
 
 # Property tests: a fast profile by default, the thorough one in CI (.ci/run exports HYPOTHESIS_PROFILE=ci).
 # Each test asks for its CI count through examples(); the dev profile runs a tenth of it.
+import steps  # noqa: E402 - after the sys.path set-up above
 from hypothesis import settings as _hypothesis  # noqa: E402 - after the sys.path set-up above
 
 _hypothesis.register_profile("ci", max_examples=100, deadline=None, database=None, print_blob=True)
@@ -183,7 +184,8 @@ def default_build(docker_engine, test_ca):
     t = load_matrix().select(None)[0]
     with once_per_run("default-build") as (rec, save):
         if rec is None:
-            r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
+            with steps.step("the default build"):
+                r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
             assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
             assert "build driver:" in r.stdout
             rec = records.require(t.id)
@@ -224,7 +226,8 @@ def installed():
 
     with once_per_run("installed") as (made, save):
         if made is None:
-            made = str(install(Path(tempfile.mkdtemp(prefix="venv-", dir=os.environ["GPUFORGE_STATE_DIR"]))))
+            with steps.step("the installed copy (pip install .[validate])"):
+                made = str(install(Path(tempfile.mkdtemp(prefix="venv-", dir=os.environ["GPUFORGE_STATE_DIR"]))))
             save(made)
     return Path(made)
 
@@ -251,15 +254,17 @@ def validated(default_build, cosign_keys, installed):
     with once_per_run("validated") as (done, save):
         if done is None:
             t0 = time.monotonic()
-            r = gpuforge("push", "--registry", host, env=env)
+            with steps.step("the run's push of the default image"):
+                r = gpuforge("push", "--registry", host, env=env)
             assert r.returncode == 0, f"push failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
             pushed = {"seconds": time.monotonic() - t0, "ref": "", "digest": ""}
             pushed["ref"], pushed["digest"] = re.search(r"pushed (\S+)@(sha256:[0-9a-f]{64}) \(gzip", r.stdout).groups()
             t0 = time.monotonic()
-            beside = validate_with_clean_beside(
-                installed, ["--attest", "--sign-key", cosign_keys["key"], "--registry", host, "--reports", str(reports),
-                            "--progress", "plain"],
-                {**env, "GITHUB_STEP_SUMMARY": str(summary)}, f"validated-{os.getpid()}", default_build[0].id)
+            with steps.step("the run's signed validation (the installed copy's, clean beside it)"):
+                beside = validate_with_clean_beside(
+                    installed, ["--attest", "--sign-key", cosign_keys["key"], "--registry", host, "--reports",
+                                str(reports), "--progress", "plain"],
+                    {**env, "GITHUB_STEP_SUMMARY": str(summary)}, f"validated-{os.getpid()}", default_build[0].id)
             assert beside["rc"] == 0, f"validate --attest failed:\n{beside['out'][-6000:]}"
             assert "signed this run's validation (green)" in beside["out"], beside["out"][-2000:]
             done = {"seconds": time.monotonic() - t0, "push": pushed, "beside": beside}
@@ -346,8 +351,18 @@ _MODULE_SECONDS: dict[str, float] = {}
 _MODULE_TESTS: dict[str, int] = {}
 
 
+_STEPS: list[tuple[float, str, str]] = []  # (seconds, step, module): tests/steps.py
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().user_properties.extend(steps.take())
+
+
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::", 1)[0]
+    _STEPS.extend((p[2], p[1], module) for p in report.user_properties if len(p) == 3 and p[0] == "gpuforge-step")
     node = getattr(report, "node", None)  # in xdist's controller: the worker that ran the test
     _DISK.running[node.gateway.id if node else "main"] = module
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
@@ -415,6 +430,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("disk")
         for line in _DISK.lines():
             terminalreporter.write_line(line)
+    if _STEPS:
+        terminalreporter.section("slowest steps")
+        for secs, name, module in sorted(_STEPS, reverse=True)[:20]:
+            terminalreporter.write_line(f"{secs:9.1f}  {name}  ({module.rsplit('/', 1)[-1]})")
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values())

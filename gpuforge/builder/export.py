@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuforge.builder.runner import redact
 from gpuforge.engine import client as engine
+from gpuforge.engine import retry
 from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 
@@ -55,17 +56,25 @@ def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
 def push_copy(rec: BuildRecord, *, ref: str, compression: str, log: Path,
               docker_config: Path | None = None) -> tuple[int, str | None]:
     """Run the recorded build again, pushing its image to `ref` with `compression` layers; the build's output goes
-    to `log` (its first line the command, credentials hidden). Returns (exit status, the pushed manifest
-    digest BuildKit reported, or None)."""
+    to `log` (each attempt's first line the command, credentials hidden). A push the registry answers with a 5xx
+    runs again (gpuforge.registry.retry). Returns (exit status, the pushed manifest digest BuildKit reported, or
+    None)."""
     with tempfile.TemporaryDirectory(prefix=f"gpuforge-{compression}-") as tmp:
         argv = export_argv(list(rec.argv or ()), PUSH_OUTPUT.format(ref=ref, compression=compression), Path(tmp))
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         if docker_config:  # buildx pushes with the docker config's credentials
             env["DOCKER_CONFIG"] = str(docker_config)
         with files.open_log(log) as f:
-            f.write(redact("+ " + " ".join(argv)) + "\n")
-            f.flush()
-            rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+            for attempt in range(1, retry.ATTEMPTS + 1):
+                f.write(redact("+ " + " ".join(argv)) + "\n")
+                f.flush()
+                start = os.fstat(f.fileno()).st_size
+                rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+                said = log.read_bytes()[start:].decode(errors="replace").strip().splitlines()[-5:]
+                status = retry.transient("\n".join(said)) if rc != 0 else None
+                if status is None or attempt == retry.ATTEMPTS:
+                    break
+                retry.again(f"{compression} push of {ref}", status, attempt)
         meta = Path(tmp) / "metadata-file"
-        digest = json.loads(meta.read_text()).get("containerimage.digest") if meta.exists() else None
+        digest = json.loads(meta.read_text()).get("containerimage.digest") if meta.exists() and rc == 0 else None
     return rc, digest

@@ -27,6 +27,7 @@ import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
+from gpuforge.engine import retry
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import compress, history, prod, soci, transaction
@@ -119,6 +120,19 @@ def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, prog
     creds = credentials(ref.registry, auth)
     engine_auth = {"username": creds[0], "password": creds[1]} if creds else None
     print(f"gpuforge: pushing {ref} ({rec.image_id[:19]})", flush=True)
+    digest = retry.pushed(lambda: _engine_push(c, ref, engine_auth, progress), f"push of {ref}")
+    if not digest:
+        msg = f"push of {ref} reported no digest"
+        raise RegistryError(msg)
+    m = Registry(auth).manifest(ref.pinned(digest))
+    if m is None or not m.holds(rec.image_id):
+        msg = f"{ref}: the registry's {digest} is not image {rec.image_id[:19]}"
+        raise RegistryError(msg)
+    return digest
+
+
+def _engine_push(c, ref: ImageRef, engine_auth: dict | None, progress: str) -> str | None:
+    """One push of `ref` through the engine; returns the digest it reported (None: none). Fails as RegistryError."""
     digest = None
     try:
         shown = engine_progress.PushProgress(ref, progress)  # layers and bytes; plain lines in logs
@@ -132,13 +146,6 @@ def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, prog
     except docker.errors.APIError as e:
         msg = f"push of {ref} failed: {e.explanation or e}"
         raise RegistryError(msg) from None
-    if not digest:
-        msg = f"push of {ref} reported no digest"
-        raise RegistryError(msg)
-    m = Registry(auth).manifest(ref.pinned(digest))
-    if m is None or not m.holds(rec.image_id):
-        msg = f"{ref}: the registry's {digest} is not image {rec.image_id[:19]}"
-        raise RegistryError(msg)
     return digest
 
 

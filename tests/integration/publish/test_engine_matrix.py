@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import state_here
+import steps
 from fleet_reports import gpu_report
 from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trixie_engine
@@ -55,7 +56,8 @@ TIMES: list[tuple[str, float]] = []  # (step, seconds) of this module, printed a
 def timed(step: str):
     t0 = time.monotonic()
     try:
-        yield
+        with steps.step(f"engine matrix: {step}"):
+            yield
     finally:
         TIMES.append((step, time.monotonic() - t0))
         print(f"engine matrix: {step}: {TIMES[-1][1]:.0f} s", flush=True)
@@ -78,6 +80,7 @@ def engine26(docker_engine):
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     reg = LocalRegistry(tmp_path_factory.mktemp("reg-engines"), None)
+    REGISTRY_LOG.append(reg.d / "registry.log")
     yield reg.host
     reg.stop()
 
@@ -99,6 +102,7 @@ def state(tmp_path_factory):
     return tmp_path_factory.mktemp("engines-state")
 
 
+REGISTRY_LOG: list[Path] = []  # the module registry's log: a failed step shows its last errors
 SIGNED: dict[str, str] = {}  # provenance -> the ref its validation was signed onto (the default case runs first)
 
 
@@ -121,7 +125,10 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         shown = [args[0], *(f"--compression {args[i + 1]}" for i, a in enumerate(args[:-1]) if a == "--compression")]
         with timed(f"[{provenance}] {' '.join(shown)}"):
             r = gpuforge("--matrix", str(matrix), *args, env=env)
-        assert r.returncode == 0, f"gpuforge {' '.join(args)} failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+        if r.returncode != 0:
+            errors = [ln for ln in REGISTRY_LOG[0].read_text(errors="replace").splitlines() if "level=error" in ln]
+            pytest.fail(f"gpuforge {' '.join(args)} failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}\n"
+                        f"the registry's last errors:\n" + "\n".join(errors[-5:])[-3000:])
         return r
 
     monkeypatch.setenv("GPUFORGE_STATE_DIR", env["GPUFORGE_STATE_DIR"])  # records.require reads the CLI's state
