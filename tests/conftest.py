@@ -55,7 +55,7 @@ def ctrl_c_able() -> None:
 
 # Property tests: a fast profile by default, the thorough one in CI (.ci/run exports HYPOTHESIS_PROFILE=ci).
 # Each test asks for its CI count through examples(); the dev profile runs a tenth of it.
-import steps  # noqa: E402 - after the sys.path set-up above
+import steps  # noqa: E402 - tests/, on the path as the conftest's folder (pytest's rootdir-relative import)
 from hypothesis import settings as _hypothesis  # noqa: E402 - after the sys.path set-up above
 
 _hypothesis.register_profile("ci", max_examples=100, deadline=None, database=None, print_blob=True)
@@ -351,7 +351,7 @@ _MODULE_SECONDS: dict[str, float] = {}
 _MODULE_TESTS: dict[str, int] = {}
 
 
-_STEPS: list[tuple[float, str, str]] = []  # (seconds, step, module): tests/steps.py
+_STEPS: list[tuple[float, str, str, float]] = []  # (seconds, step, module, start in epoch seconds): tests/steps.py
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -362,7 +362,8 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::", 1)[0]
-    _STEPS.extend((p[2], p[1], module) for p in report.user_properties if len(p) == 3 and p[0] == "gpuforge-step")
+    _STEPS.extend((secs, name, module, began) for key, (name, secs, began) in
+                  (p for p in report.user_properties if len(p) == 2 and p[0] == steps.KEY))
     node = getattr(report, "node", None)  # in xdist's controller: the worker that ran the test
     _DISK.running[node.gateway.id if node else "main"] = module
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
@@ -382,7 +383,7 @@ class _DiskWatch:
         self.running: dict[str, str] = {}  # worker -> the module of its latest report
         self.start: dict[str, int] = {}
         self.low: dict[str, tuple[int, float, str]] = {}  # filesystem -> (free bytes, seconds in, modules then)
-        self.t0 = 0.0
+        self.t0 = self.wall0 = 0.0  # the run's start: monotonic, and epoch seconds (steps started in workers)
 
     def _devices(self) -> dict[str, str]:
         seen = {}
@@ -396,7 +397,7 @@ class _DiskWatch:
         import threading
         import time
 
-        self.t0 = time.monotonic()
+        self.t0, self.wall0 = time.monotonic(), time.time()
         devs = self._devices()
         self.start = {p: shutil.disk_usage(p).free for p in devs.values()}
         for p, free in self.start.items():
@@ -432,8 +433,9 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
     if _STEPS:
         terminalreporter.section("slowest steps")
-        for secs, name, module in sorted(_STEPS, reverse=True)[:20]:
-            terminalreporter.write_line(f"{secs:9.1f}  {name}  ({module.rsplit('/', 1)[-1]})")
+        terminalreporter.write_line(f"{'seconds':>9} {'from':>6}  step (module); from: seconds into the run")
+        for secs, name, module, began in sorted(_STEPS, reverse=True)[:20]:
+            terminalreporter.write_line(f"{secs:9.1f} {began - _DISK.wall0:6.0f}  {name}  ({module.rsplit('/', 1)[-1]})")
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values())

@@ -11,21 +11,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 KEY = "gpuforge-step"
-_PENDING: list[tuple[str, float]] = []  # this process's timed steps, not yet on a report
+_PENDING: list[tuple[str, float, float]] = []  # (step, seconds, its start in epoch seconds), not yet on a report
 
 
 @contextmanager
 def step(name: str) -> Iterator[None]:
     """Time the block as step `name` (also when it fails: a slow failure is worth seeing too)."""
-    t0 = time.monotonic()
+    t0, began = time.monotonic(), time.time()
     try:
         yield
     finally:
-        _PENDING.append((name, time.monotonic() - t0))
+        _PENDING.append((name, time.monotonic() - t0, began))
 
 
-def take() -> list[tuple[str, str, float]]:
-    """The steps timed since the last call, as user_properties entries."""
-    out = [(KEY, name, secs) for name, secs in _PENDING]
+def take() -> list[tuple[str, tuple[str, float, float]]]:
+    """The steps timed since the last call, as user_properties entries: (KEY, (step, seconds, start)), a
+    (name, value) pair as pytest's junitxml reads every entry."""
+    out = [(KEY, timed) for timed in _PENDING]
     _PENDING.clear()
     return out

@@ -57,24 +57,33 @@ def push_copy(rec: BuildRecord, *, ref: str, compression: str, log: Path,
               docker_config: Path | None = None) -> tuple[int, str | None]:
     """Run the recorded build again, pushing its image to `ref` with `compression` layers; the build's output goes
     to `log` (each attempt's first line the command, credentials hidden). A push the registry answers with a 5xx
-    runs again (gpuforge.registry.retry). Returns (exit status, the pushed manifest digest BuildKit reported, or
-    None)."""
+    runs again (gpuforge.engine.retry), the reason said in the log too. Returns (the last attempt's exit status, the
+    manifest digest BuildKit reported for it, or None)."""
     with tempfile.TemporaryDirectory(prefix=f"gpuforge-{compression}-") as tmp:
         argv = export_argv(list(rec.argv or ()), PUSH_OUTPUT.format(ref=ref, compression=compression), Path(tmp))
+        meta = Path(tmp) / "metadata-file"
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         if docker_config:  # buildx pushes with the docker config's credentials
             env["DOCKER_CONFIG"] = str(docker_config)
         with files.open_log(log) as f:
             for attempt in range(1, retry.ATTEMPTS + 1):
+                meta.unlink(missing_ok=True)  # the digest is this attempt's, or none
                 f.write(redact("+ " + " ".join(argv)) + "\n")
                 f.flush()
                 start = os.fstat(f.fileno()).st_size
                 rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
-                said = log.read_bytes()[start:].decode(errors="replace").strip().splitlines()[-5:]
-                status = retry.transient("\n".join(said)) if rc != 0 else None
+                status = retry.transient(_tail(log, start)) if rc != 0 else None
                 if status is None or attempt == retry.ATTEMPTS:
                     break
+                f.write(f"# gpuforge: the registry answered {status} (attempt {attempt} of {retry.ATTEMPTS}); again\n")
                 retry.again(f"{compression} push of {ref}", status, attempt)
-        meta = Path(tmp) / "metadata-file"
         digest = json.loads(meta.read_text()).get("containerimage.digest") if meta.exists() and rc == 0 else None
     return rc, digest
+
+
+def _tail(log: Path, start: int, lines: int = 5) -> str:
+    """The last `lines` lines the attempt that began at byte `start` of `log` wrote: buildx ends a failed push with
+    `ERROR: ...` naming the registry's status."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        return "\n".join(f.read().decode(errors="replace").strip().splitlines()[-lines:])
