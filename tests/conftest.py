@@ -53,9 +53,10 @@ def ctrl_c_able() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+import steps  # noqa: E402 - tests/, on the path as the conftest's folder (pytest's rootdir-relative import)
+
 # Property tests: a fast profile by default, the thorough one in CI (.ci/run exports HYPOTHESIS_PROFILE=ci).
 # Each test asks for its CI count through examples(); the dev profile runs a tenth of it.
-import steps  # noqa: E402 - tests/, on the path as the conftest's folder (pytest's rootdir-relative import)
 from hypothesis import settings as _hypothesis  # noqa: E402 - after the sys.path set-up above
 
 _hypothesis.register_profile("ci", max_examples=100, deadline=None, database=None, print_blob=True)
