@@ -66,4 +66,3 @@ def test_only_the_build_stage_reads_a_build_argv():
                     and ast.unparse(n.value) != "sys"):
                 bad.append(f"gpuforge/{rel}:{n.lineno}: {ast.unparse(n)}")
     assert not bad, "\n".join(bad) + "\n(ask gpuforge.builder.export for what you need from the recorded build)"
-
