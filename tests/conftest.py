@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -243,7 +244,6 @@ def validated(default_build, cosign_keys, installed):
     That validate is the installed copy's (`installed`), run from the repository root with its `clean` again and again
     beside it (tests/installed.py): test_install.py asserts what it said and what each clean saw (`beside`)."""
     import re
-    import time
 
     from installed import validate_with_clean_beside
     from registries import PASSWORD, USER, run_registry
@@ -319,21 +319,22 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
-# --- the longest modules start first (`nox -s tests` runs modules on two workers, a whole module each) ------------
-# xdist's loadfile scheduler gives worker A the 1st module and B the 2nd, then hands a worker the next module whenever
-# it has 2 or fewer *tests* pending. The engine matrix has 2 tests, so A takes the 3rd (test_buildx) at once and runs
-# it after the engine matrix, while B (test_registry: 28 tests) takes the rest as it drains. So the two modules that
-# each hold a second engine's 6 GB image beside the default image never run side by side (they took 56 GB of disk
-# that way), and the loads come out even (~1,400 s each). A third engine-matrix test would let B take test_buildx
-# first: tests/unit/core/test_module_order.py counts them. Seconds: a full two-worker run of `nox -s tests` on 2 cores
-# (2026-12-05, an engine pruned to nothing, as CI's is); the default build, the run's push and signed validation
-# (~520 s) count in test_registry, which needs them first.
+# --- the longest modules start first (`nox -s tests` runs modules on noxfile.WORKERS workers, a whole module each) ----
+# xdist's loadfile scheduler gives each of the N workers one module in this order, then hands a worker the next module
+# whenever it has 2 or fewer *tests* pending. The engine matrix has 2 tests, so its worker takes module N+1
+# (test_buildx) at once and runs it after the engine matrix: the two modules that each hold a second engine's 6 GB
+# image beside the default image never run side by side (they took 56 GB of disk that way). The third worker starts
+# with the broken images (they wait for the default build, while the two cold builds keep both cores busy) and then
+# takes the rest as it drains; test_registry's worker takes more only near its end. tests/unit/core/test_module_order.py
+# checks the counts. Seconds: a full run of `nox -s tests` on 2 cores (2026-12-05, an engine pruned to nothing, as
+# CI's is, two workers); the default build, the run's push and signed validation (~520 s) count in test_registry,
+# which needs them first.
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~720 s: a second engine's cold build, a validation, zstd
     "tests/integration/publish/test_registry.py",           # ~890 s: cold default build, the installed copy's venv, the
                                                             # run's push + validation (with clean beside it), the canary
-    "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
     "tests/integration/validate/test_validators.py",        # ~300 s
+    "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
     "tests/integration/validate/test_devel_target.py",      # ~210 s: the devel build and its full validation
     "tests/integration/builder/test_build.py",              # ~40 s
     "tests/integration/core/test_install.py",               # seconds: asserts what the run's validation did
@@ -352,6 +353,7 @@ _MODULE_SECONDS: dict[str, float] = {}
 _MODULE_TESTS: dict[str, int] = {}
 
 
+_SPANS: dict[tuple[str, str], list[float]] = {}  # (worker, module) -> [first report's start, last report], monotonic
 _STEPS: list[tuple[float, str, str, float]] = []  # (seconds, step, module, start in epoch seconds): tests/steps.py
 
 
@@ -366,7 +368,10 @@ def pytest_runtest_logreport(report):
     _STEPS.extend((secs, name, module, began) for key, (name, secs, began) in
                   (p for p in report.user_properties if len(p) == 2 and p[0] == steps.KEY))
     node = getattr(report, "node", None)  # in xdist's controller: the worker that ran the test
-    _DISK.running[node.gateway.id if node else "main"] = module
+    worker = node.gateway.id if node else "main"
+    _DISK.running[worker] = module
+    span = _SPANS.setdefault((worker, module), [time.monotonic() - report.duration, 0.0])
+    span[1] = time.monotonic()
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _MODULE_TESTS[module] = _MODULE_TESTS.get(module, 0) + 1
@@ -396,7 +401,6 @@ class _DiskWatch:
     def begin(self):
         import shutil
         import threading
-        import time
 
         self.t0, self.wall0 = time.monotonic(), time.time()
         devs = self._devices()
@@ -437,6 +441,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{'seconds':>9} {'from':>6}  step (module); from: seconds into the run")
         for secs, name, module, began in sorted(_STEPS, reverse=True)[:20]:
             terminalreporter.write_line(f"{secs:9.1f} {began - _DISK.wall0:6.0f}  {name}  ({module.rsplit('/', 1)[-1]})")
+    if len({w for w, _ in _SPANS}) > 1:
+        terminalreporter.section("modules per worker")
+        terminalreporter.write_line("from-to: seconds into the run; modules under 20 s counted, not named")
+        for worker in sorted({w for w, _ in _SPANS}):
+            spans = sorted((b - _DISK.t0, e - _DISK.t0, m) for (w, m), (b, e) in _SPANS.items() if w == worker)
+            big = [f"{m.rsplit('/', 1)[-1]} {b:.0f}-{e:.0f}" for b, e, m in spans if e - b >= 20]
+            small = [e - b for b, e, m in spans if e - b < 20]
+            terminalreporter.write_line("; ".join([f"{worker}: ends {spans[-1][1]:.0f} s", *big,
+                                                   f"{len(small)} more modules, {sum(small):.0f} s"]))
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values())

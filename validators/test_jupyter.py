@@ -33,7 +33,7 @@ def server(image):
                 pass
             if time.monotonic() > deadline or c.status() == "exited":
                 pytest.fail(f"jupyter did not answer in 90 s; logs:\n{c.logs()[-2000:]}")
-            time.sleep(0.5)
+            time.sleep(0.2)
         yield c, f"http://127.0.0.1:{port}"
 
 

@@ -1,5 +1,5 @@
 """The longest-first order of `nox -s tests` names modules that exist: a moved module would silently lose its place
-(and the two workers' loads their balance)."""
+(and the workers' loads their balance)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,25 @@ def test_the_order_is_applied_to_collected_items():
                                          "tests/unit/a.py::t"]
 
 
-def test_the_engine_matrix_leaves_test_buildx_to_its_own_worker():
-    """xdist hands a worker its next module while it has 2 or fewer tests pending: the engine matrix (first) must have
-    at most 2 tests, so its worker takes test_buildx (third) and runs it after, never beside it (tests/conftest.py)."""
+def _workers() -> int:
+    """noxfile.WORKERS, read without importing nox (the tests' venv has no nox)."""
     import ast
 
-    assert LONGEST_FIRST[0].endswith("test_engine_matrix.py") and LONGEST_FIRST[2].endswith("test_buildx.py")
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    [n] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+           and any(getattr(t, "id", "") == "WORKERS" for t in node.targets)]
+    return n
+
+
+def test_the_engine_matrix_leaves_test_buildx_to_its_own_worker():
+    """xdist gives each of the N workers one module, then hands a worker its next module while it has 2 or fewer tests
+    pending: the engine matrix (first) must have at most 2 tests, so its worker takes module N+1, test_buildx, and runs
+    it after, never beside it (tests/conftest.py)."""
+    import ast
+
+    workers = _workers()
+    assert 2 <= workers < len(LONGEST_FIRST)
+    assert LONGEST_FIRST[0].endswith("test_engine_matrix.py") and LONGEST_FIRST[workers].endswith("test_buildx.py")
     tree = ast.parse((ROOT / LONGEST_FIRST[0]).read_text())
     n = 0
     for f in (x for x in tree.body if isinstance(x, ast.FunctionDef) and x.name.startswith("test_")):
