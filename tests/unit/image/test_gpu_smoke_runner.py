@@ -116,6 +116,16 @@ def test_seconds_count_a_checks_own_work_not_the_wait():
     assert 0.28 <= res["fusion"]["seconds"] < 0.5  # 0.2 + 0.1, not the 0.3 s spent waiting for aoti
 
 
+@pytest.fixture(autouse=True)
+def _temp_here(monkeypatch, tmp_path):
+    """The program makes fresh Inductor cache folders in the temp folder (in an image, /tmp goes with the container):
+    this test's temp folder, for its own process and the ones it starts, so the suite leaves none behind on the host."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def _run(*args):
     return subprocess.run([sys.executable, str(PROGRAMS / "gpu_smoke.py"), *args], capture_output=True, text=True,
                           timeout=120)
