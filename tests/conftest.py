@@ -323,18 +323,16 @@ def pytest_sessionfinish(session, exitstatus):
 # xdist's loadfile scheduler gives each of the N workers one module in this order, then hands a worker the next module
 # whenever it has 2 or fewer *tests* pending. The engine matrix has 2 tests, so its worker takes module N+1
 # (test_buildx) at once and runs it after the engine matrix: the two modules that each hold a second engine's 6 GB
-# image beside the default image never run side by side (they took 56 GB of disk that way). The third worker starts
-# with the broken images (they wait for the default build, while the two cold builds keep both cores busy) and then
-# takes the rest as it drains; test_registry's worker takes more only near its end. tests/unit/core/test_module_order.py
-# checks the counts. Seconds: a full run of `nox -s tests` on 2 cores (2026-12-05, an engine pruned to nothing, as
-# CI's is, two workers); the default build, the run's push and signed validation (~520 s) count in test_registry,
-# which needs them first.
+# image beside the default image never run side by side (they took 56 GB of disk that way). test_registry's worker
+# takes more only near its end. tests/unit/core/test_module_order.py checks the counts. Seconds: a full run of
+# `nox -s tests` on 2 cores (2026-12-05, an engine pruned to nothing, as CI's is, two workers); the default build, the
+# run's push and signed validation (~520 s) count in test_registry, which needs them first.
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~720 s: a second engine's cold build, a validation, zstd
     "tests/integration/publish/test_registry.py",           # ~890 s: cold default build, the installed copy's venv, the
                                                             # run's push + validation (with clean beside it), the canary
-    "tests/integration/validate/test_validators.py",        # ~300 s
     "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
+    "tests/integration/validate/test_validators.py",        # ~300 s
     "tests/integration/validate/test_devel_target.py",      # ~210 s: the devel build and its full validation
     "tests/integration/builder/test_build.py",              # ~40 s
     "tests/integration/core/test_install.py",               # seconds: asserts what the run's validation did
