@@ -12,12 +12,10 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
 from conftest import ROOT, ctrl_c_able, gpuforge
-from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import load_matrix
@@ -187,14 +185,11 @@ def test_broken_image_table_covers_every_validator_module():
     assert modules - GPU_HOST_ONLY <= covered, f"validator modules with no broken image: {sorted(modules - GPU_HOST_ONLY - covered)}"
 
 
-def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str,
-                      name: str = "control") -> tuple[subprocess.CompletedProcess, dict]:
-    """Build `lines` on top of the default image, run the `select`ed validators on it: (pytest run, report). The
-    image is labelled with `name`, so two broken images of the same lines are two images (each run removes its own,
-    and two run side by side)."""
+def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Build `lines` on top of the default image, run the `select`ed validators on it: (pytest run, report)."""
     dockerfile = "\n".join([f"FROM {rec['image_id']}", *lines]) + "\n"
     img, _ = engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
-                                 labels={"io.gpuforge.test": "broken", "io.gpuforge.test.broken": name})
+                                 labels={"io.gpuforge.test": "broken"})
     try:
         target = tmp_path / "target.json"
         target.write_text(t.expected_json())
@@ -208,30 +203,9 @@ def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str,
         engine.images.remove(img.id, force=True)
 
 
-BROKEN_AT_ONCE = 2  # broken images validated side by side: each run is one process at a time, mostly one core
-
-
-@pytest.fixture(scope="module")
-def broken_runs(request, default_build, docker_engine, tmp_path_factory) -> dict[str, Future]:
-    """Every broken image this session selected, built and validated BROKEN_AT_ONCE at a time in BROKEN's order
-    (a run alone leaves a core mostly idle: its checks and container starts follow one another): each test
-    waits for its own image's (pytest run, report) and asserts on it. By the last broken image's test every run
-    has ended, so the module's later tests (reaping, clean) see no run of these live."""
-    wanted = {it.callspec.id for it in request.session.items
-              if it.module is request.module and it.originalname == "test_each_validator_fails_on_a_broken_image"}
-    pool = ThreadPoolExecutor(BROKEN_AT_ONCE, thread_name_prefix="broken")
-
-    def one(name: str, lines: list[str], select: str):  # a docker client per run: not one shared across threads
-        return _validate_derived(engine.client(), *default_build, tmp_path_factory.mktemp(name), lines, select, name)
-
-    runs = {name: pool.submit(one, name, lines, select) for name, lines, select, _ in BROKEN if name in wanted}
-    yield runs
-    pool.shutdown(cancel_futures=True)  # a run still going (the session ended early) ends here
-
-
-@pytest.mark.parametrize(("name", "words"), [(b[0], b[3]) for b in BROKEN], ids=[b[0] for b in BROKEN])
-def test_each_validator_fails_on_a_broken_image(broken_runs, name, words):
-    r, rep = broken_runs[name].result()
+@pytest.mark.parametrize(("lines", "select", "words"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+def test_each_validator_fails_on_a_broken_image(default_build, docker_engine, tmp_path, lines, select, words):
+    r, rep = _validate_derived(docker_engine, *default_build, tmp_path, lines, select)
     failed = [c for c in rep["checks"] if c["outcome"] == "failed"]
     assert r.returncode != 0 and failed, f"the validator passed a broken image:\n{r.stdout[-2000:]}"
     assert not report.is_green(rep)
