@@ -173,8 +173,6 @@ IDX="--index-url http://127.0.0.1:8123/simple/"
 stack() { pip freeze 2>/dev/null | grep -iE '^(torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+)==' | sort; }
 stack > /tmp/stack.before
 pip install $IDX jprobe > /tmp/pip1.log 2>&1 || { echo "PIP_FAILED $(tail -1 /tmp/pip1.log)"; exit 3; }
-python -c "import json, jprobe, torch, os
-print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))"
 if pip install $IDX jswap > /tmp/pip2.log 2>&1; then echo SWAP_INSTALLED; else echo SWAP_REFUSED; fi
 echo "SWAP_LOG $(grep ERROR /tmp/pip2.log | tail -1)"
 if pip install $IDX jcudnn > /tmp/pip3.log 2>&1; then echo CUDNN_INSTALLED; else echo CUDNN_REFUSED; fi
@@ -183,7 +181,10 @@ pip check > /tmp/check.log 2>&1 && echo CHECK_OK || echo "CHECK_FAILED $(tr '\n'
 stack > /tmp/stack.after
 if cmp -s /tmp/stack.before /tmp/stack.after; then echo "STACK_SAME $(wc -l < /tmp/stack.after)"
 else echo "STACK_CHANGED $(diff /tmp/stack.before /tmp/stack.after | tr '\n' ' ')"; fi
-python -c "import torch; print('TORCH_AFTER', torch.__version__)"
+# one interpreter, after every install: the user's package and torch import side by side (a torch import costs ~1.5 s)
+python -c "import json, jprobe, torch, os
+print('PROBE ' + json.dumps({'file': jprobe.__file__, 'torch': torch.__version__, 'home': os.environ['HOME']}))
+print('TORCH_AFTER', torch.__version__)"
 """
 
 
@@ -217,15 +218,18 @@ def test_pip_install_as_the_user_offline(image, target, wheels, how):
         rc = c.container.wait(timeout=300)["StatusCode"]
         out = c.logs()
     assert "PIP_FAILED" not in out and rc == 0, f"pip install as the user failed ({how}, exit {rc}): {out[-1500:]}"
-    probe = json.loads(next(x for x in out.splitlines() if x.startswith("PROBE ")).split(" ", 1)[1])
-    site = f"{VENV}/lib/" if how == "root" else probe["home"] + "/.local/"
-    assert probe["file"].startswith(site), f"installed outside {site}: {probe}"
-    assert probe["torch"] == target.torch
+    # the swaps first: the probe runs after them, so a swap that went through would show there as torch 2.8.0
     assert "SWAP_REFUSED" in out, "pip swapped torch for 2.8.0: the image's constraints (PIP_CONSTRAINT) are not applied"
     assert "CUDNN_REFUSED" in out, "pip swapped cuDNN for 8.9.7: the image's constraints (PIP_CONSTRAINT) are not applied"
     for word in ("SWAP_LOG", "CUDNN_LOG"):
         why = next(x for x in out.splitlines() if x.startswith(word))
         assert "ResolutionImpossible" in why, f"the swap was refused, but not by the image's constraints: {why}"
+    line = next((x for x in out.splitlines() if x.startswith("PROBE ")), None)
+    assert line, f"the installed package and torch did not import after the installs: {out[-1500:]}"
+    probe = json.loads(line.split(" ", 1)[1])
+    site = f"{VENV}/lib/" if how == "root" else probe["home"] + "/.local/"
+    assert probe["file"].startswith(site), f"installed outside {site}: {probe}"
+    assert probe["torch"] == target.torch
     assert "CHECK_OK" in out, f"pip check after the installs: {out[-800:]}"
     same = next((x for x in out.splitlines() if x.startswith(("STACK_SAME", "STACK_CHANGED"))), "no STACK line")
     assert same.startswith("STACK_SAME") and int(same.split()[1]) >= 5, f"the torch stack's pip freeze changed: {same}"
