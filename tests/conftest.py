@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -172,6 +173,22 @@ def once_per_run(name: str):
         fcntl.flock(lock, fcntl.LOCK_EX)
         cached = json.loads(done.read_text()) if done.exists() else None
         yield cached, lambda result: done.write_text(json.dumps(result, default=str))
+
+
+@contextlib.contextmanager
+def dead_runs_window(*, leaves_them: bool):
+    """`build` and `validate` first remove the containers of gpuforge runs that died, and say so on stderr. A test
+    that kills a run on the shared engine leaves such containers there until its own clean or reap: it holds this
+    lock alone (`leaves_them=True`) from the kill to that clean. A test that asserts a `build`'s or `validate`'s whole
+    stderr holds it shared, so a reaping line in what it reads is never another test's (run 21: a unit test's
+    `validate` reaped test_clean's killed owner and printed two lines)."""
+    import fcntl
+
+    path = Path(os.environ.get("GPUFORGE_STATE_DIR") or tempfile.gettempdir()) / ".tests-dead-runs.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if leaves_them else fcntl.LOCK_SH)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import docker.errors
 import pytest
 from second_engine import SecondEngine, StartError
 
-from conftest import ROOT, gpuforge, need
+from conftest import ROOT, dead_runs_window, gpuforge, need
 from gpuforge.builder import bases
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
@@ -69,14 +69,15 @@ def test_clean_keeps_a_live_runs_container_and_removes_a_killed_runs(docker_engi
     live, live_id = _owner(base_image)
     dead, dead_id = _owner(base_image)
     try:
-        dead.send_signal(signal.SIGKILL)  # no `finally` runs: its container is left behind, as after an OOM kill
-        dead.wait()
-        assert docker_engine.containers.get(dead_id).status == "running"
-        line = _clean()
-        assert "of live runs" in line  # at least this test's live owner
-        assert docker_engine.containers.get(live_id).status == "running"
-        with pytest.raises(docker.errors.NotFound):
-            docker_engine.containers.get(dead_id)
+        with dead_runs_window(leaves_them=True):  # a killed run's container on the shared engine, until this clean
+            dead.send_signal(signal.SIGKILL)  # no `finally` runs: its container is left behind, as after an OOM kill
+            dead.wait()
+            assert docker_engine.containers.get(dead_id).status == "running"
+            line = _clean()
+            assert "of live runs" in line  # at least this test's live owner
+            assert docker_engine.containers.get(live_id).status == "running"
+            with pytest.raises(docker.errors.NotFound):
+                docker_engine.containers.get(dead_id)
     finally:
         live.stdin.close()  # the live owner ends normally and removes its own container
         live.wait(timeout=60)

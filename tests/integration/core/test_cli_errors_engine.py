@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from second_engine import SecondEngine, StartError
 
-from conftest import ROOT, gpuforge, need
+from conftest import ROOT, dead_runs_window, gpuforge, need
 from gpuforge.builder import bases
 from gpuforge.plan.matrix import load_matrix
 
@@ -62,7 +62,9 @@ def test_validate_of_an_image_that_is_not_a_gpuforge_image_is_one_refusal(base_i
     state.mkdir()
     (state / "builds.json").write_text(json.dumps({t.id: {"image_id": img.id, "tags": list(t.tags)}}))
     t0 = time.monotonic()
-    r = gpuforge("validate", "--reports", str(tmp_path / "reports"), env={"GPUFORGE_STATE_DIR": str(state)}, timeout=300)
+    with dead_runs_window(leaves_them=False):  # validate reaps first: never another test's killed run
+        r = gpuforge("validate", "--reports", str(tmp_path / "reports"), env={"GPUFORGE_STATE_DIR": str(state)},
+                     timeout=300)
     line = _one_line(r.stderr)
     assert r.returncode == 2, line
     assert f"{t.id}: image {img.id[:19]} is not a gpuforge image (no io.gpuforge.target label)" in line

@@ -19,7 +19,7 @@ import docker.errors
 import pytest
 import state_here
 
-from conftest import REQUIRE, ROOT, gpuforge
+from conftest import REQUIRE, ROOT, dead_runs_window, gpuforge
 from gpuforge.engine import containers as run
 from gpuforge.errors import StateError
 
@@ -92,26 +92,28 @@ def test_sigkill_of_gpuforge_alone_mid_validate_writes_no_report(default_build, 
                             env={**os.environ, "GPUFORGE_RUN_ID": run_id}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child_run = f"{run_id}-{t.id}"[:60]
-    try:
-        deadline = time.monotonic() + 180
-        while not _ours(child_run) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert _ours(child_run), "validate started no container within 180 s"
-        [child] = _children(proc.pid)
-        os.kill(proc.pid, signal.SIGKILL)  # gpuforge alone, not its process group
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(child), "the pytest child outlived its killed parent"
-        time.sleep(5)  # the old orphan wrote its report about 60 s later; a dead child writes nothing
-        assert {p.name: p.read_text() for p in (reports / t.id).iterdir()} == before
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    r = gpuforge("validate", "nope-*")  # the next run that uses the engine reaps them
-    # (on a shared engine another run may have reaped them first: what counts is that none is left)
-    assert _ours(child_run) == [], r.stderr
+    deadline = time.monotonic() + 180
+    while not _ours(child_run) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    # its containers stay on the shared engine from the kill until the next run reaps them
+    with dead_runs_window(leaves_them=True):
+        try:
+            assert _ours(child_run), "validate started no container within 180 s"
+            [child] = _children(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)  # gpuforge alone, not its process group
+            proc.wait(timeout=30)
+            deadline = time.monotonic() + 15
+            while _alive(child) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _alive(child), "the pytest child outlived its killed parent"
+            time.sleep(5)  # the old orphan wrote its report about 60 s later; a dead child writes nothing
+            assert {p.name: p.read_text() for p in (reports / t.id).iterdir()} == before
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        r = gpuforge("validate", "nope-*")  # the next run that uses the engine reaps them
+        # (on a shared engine another run may have reaped them first: what counts is that none is left)
+        assert _ours(child_run) == [], r.stderr
 
 
 def test_full_reports_disk_leaves_the_previous_report_whole(default_build, tmpfs):

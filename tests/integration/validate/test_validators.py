@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, ctrl_c_able, gpuforge
+from conftest import ROOT, ctrl_c_able, dead_runs_window, gpuforge
 from gpuforge.engine import containers as run
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import load_matrix
@@ -295,12 +295,13 @@ def test_clean_removes_what_a_crashed_run_left(default_build, tmp_path):
     rid = f"crash-{uuid.uuid4().hex[:8]}"
     proc = _validate(tmp_path, rid)
     _wait_for(rid)
-    os.killpg(proc.pid, signal.SIGKILL)  # a crash: nobody gets to clean up
-    proc.wait(timeout=60)
-    assert _ours(rid), "expected leftovers after a crash"
-    r = gpuforge("clean")
-    assert r.returncode == 0 and "removed" in r.stdout
-    assert _ours(rid) == []
+    with dead_runs_window(leaves_them=True):  # its containers stay on the shared engine until this clean
+        os.killpg(proc.pid, signal.SIGKILL)  # a crash: nobody gets to clean up
+        proc.wait(timeout=60)
+        assert _ours(rid), "expected leftovers after a crash"
+        r = gpuforge("clean")
+        assert r.returncode == 0 and "removed" in r.stdout
+        assert _ours(rid) == []
 
 
 def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
@@ -311,14 +312,16 @@ def test_next_run_reaps_what_a_killed_run_left(default_build, tmp_path):
     with run.container(rec["image_id"], ["sleep", "infinity"]) as alive:
         proc = _validate(tmp_path, rid)
         _wait_for(rid, 1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        left = _ours(rid)
-        assert left, "expected containers left by the killed run"
-        r = gpuforge("validate", "nope-*")  # any engine command; this one fails on its selector afterwards
-        # (another run on a shared engine may reap them first: what counts is that none is left, and the live one is)
-        assert "left by gpuforge runs that died" in r.stderr or not _ours(rid), r.stderr
-        assert not set(_ours(rid)) & set(left), "containers of the killed run survived the next run"
+        with dead_runs_window(leaves_them=True):  # its containers stay on the shared engine until the next run
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+            left = _ours(rid)
+            assert left, "expected containers left by the killed run"
+            r = gpuforge("validate", "nope-*")  # any engine command; this one fails on its selector afterwards
+            # (another run on a shared engine may reap them first: what counts is that none is left, and the live
+            # one is)
+            assert "left by gpuforge runs that died" in r.stderr or not _ours(rid), r.stderr
+            assert not set(_ours(rid)) & set(left), "containers of the killed run survived the next run"
         assert alive.id in {c.id for c in run.leftovers(run.run_id())}, "reaping removed the container of a live run"
 
 

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import gpuforge
+from conftest import dead_runs_window, gpuforge
 from gpuforge.errors import exit_codes
 
 DEAD = {"DOCKER_HOST": "unix:///nonexistent/gpuforge-dead.sock"}
@@ -54,7 +54,8 @@ def test_error_is_one_line_with_its_documented_code(args, env, state, code, word
         state = json.dumps({t.id: {"image_id": "sha256:" + "0" * 64, "tags": list(t.tags)}})
     if state is not None:
         (tmp_path / "builds.json").write_text(state)
-    r = gpuforge(*args, env={"GPUFORGE_STATE_DIR": str(tmp_path), **env}, timeout=300)
+    with dead_runs_window(leaves_them=False):  # build and validate reap first: never another test's killed run
+        r = gpuforge(*args, env={"GPUFORGE_STATE_DIR": str(tmp_path), **env}, timeout=300)
     line = _one_line(r.stderr)
     assert r.returncode == code, f"exit {r.returncode}, documented {code}: {line}"
     assert words in line
