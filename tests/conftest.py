@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -160,19 +159,26 @@ def once_per_run(name: str):
     """A session fixture's work done once per test run, not once per xdist worker: the first worker to get here does
     it under an inter-process lock and leaves its result (JSON) in the run's state dir; the others wait on the lock
     and read that. Yields (cached result or None, a function to save the result)."""
-    import fcntl
-
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for all workers of this run (xdist sets it)
     if not run:  # one process: its session fixture runs once anyway
         yield None, lambda result: None
         return
-    here = Path(os.environ["GPUFORGE_STATE_DIR"])
-    here.mkdir(parents=True, exist_ok=True)
-    done = here / f".tests-{name}-{run}.json"  # never a result of another run that shared the state dir
-    with open(here / f".tests-{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    done = Path(os.environ["GPUFORGE_STATE_DIR"]) / f".tests-{name}-{run}.json"  # never another run's result
+    with _run_lock(name):
         cached = json.loads(done.read_text()) if done.exists() else None
         yield cached, lambda result: done.write_text(json.dumps(result, default=str))
+
+
+@contextlib.contextmanager
+def _run_lock(name: str, *, shared: bool = False):
+    """An inter-process lock in the run's state dir (pytest_configure sets it), which every worker shares."""
+    import fcntl
+
+    here = Path(os.environ["GPUFORGE_STATE_DIR"])
+    here.mkdir(parents=True, exist_ok=True)
+    with open(here / f".tests-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
 
 
 @contextlib.contextmanager
@@ -182,12 +188,7 @@ def dead_runs_window(*, leaves_them: bool):
     lock alone (`leaves_them=True`) from the kill to that clean. A test that asserts a `build`'s or `validate`'s whole
     stderr holds it shared, so a reaping line in what it reads is never another test's (run 21: a unit test's
     `validate` reaped test_clean's killed owner and printed two lines)."""
-    import fcntl
-
-    path = Path(os.environ.get("GPUFORGE_STATE_DIR") or tempfile.gettempdir()) / ".tests-dead-runs.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if leaves_them else fcntl.LOCK_SH)
+    with _run_lock("dead-runs", shared=not leaves_them):
         yield
 
 

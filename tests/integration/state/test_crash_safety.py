@@ -92,12 +92,13 @@ def test_sigkill_of_gpuforge_alone_mid_validate_writes_no_report(default_build, 
                             env={**os.environ, "GPUFORGE_RUN_ID": run_id}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child_run = f"{run_id}-{t.id}"[:60]
-    deadline = time.monotonic() + 180
-    while not _ours(child_run) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    # its containers stay on the shared engine from the kill until the next run reaps them
+    # its containers stay on the shared engine from the kill until the next run reaps them (held from its start: the
+    # try below is the one that ends the run whatever fails)
     with dead_runs_window(leaves_them=True):
         try:
+            deadline = time.monotonic() + 180
+            while not _ours(child_run) and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
             assert _ours(child_run), "validate started no container within 180 s"
             [child] = _children(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)  # gpuforge alone, not its process group
