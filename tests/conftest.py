@@ -294,6 +294,43 @@ def validated(default_build, cosign_keys, installed):
             "record": default_build[1], "registry": host, "push": done["push"], "beside": done["beside"]}
 
 
+
+@pytest.fixture(scope="session")
+def devel_build(default_build, test_ca):
+    """The devel target, built after the default (its system and torch layers come from the default's cache). Once per
+    run: the canary of `devel_canary` and test_devel_target.py hold the same image."""
+    from devel_canary import DEVEL
+    from state_here import records
+
+    from gpuforge.plan.matrix import load_matrix
+
+    [t] = load_matrix().select(DEVEL)
+    with once_per_run("devel-build") as (rec, save):
+        if rec is None:
+            with steps.step("the devel build"):
+                r = gpuforge("build", *DEVEL, "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
+            assert r.returncode == 0, f"devel build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
+            rec = records.require(t.id)
+            save(rec)
+    return t, rec
+
+
+@pytest.fixture(scope="session")
+def devel_canary(devel_build, validated, cosign_keys):
+    """`gpuforge canary --env dev` of the devel image, once per run (tests/devel_canary.py): the canary's claims
+    (test_registry.py) and the devel image's full validation (test_devel_target.py) are one run of every validator."""
+    import tempfile
+
+    from devel_canary import run
+    from registries import PASSWORD, USER
+
+    with once_per_run("devel-canary") as (done, save):
+        if done is None:
+            here = Path(tempfile.mkdtemp(prefix="devel-canary-", dir=os.environ["GPUFORGE_STATE_DIR"]))
+            done = run(*devel_build, validated, cosign_keys, here, USER, PASSWORD)
+            save(done)
+    return done
+
 # --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------
 # It once rewrote target.json, .dockerignore and the bake file in place: that fails on a read-only checkout and
 # races in parallel runs. Compared at the end of the session: git's view of the tree (modified and untracked files,
@@ -347,11 +384,13 @@ def pytest_sessionfinish(session, exitstatus):
 # run's push and signed validation (~520 s) count in test_registry, which needs them first.
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~720 s: a second engine's cold build, a validation, zstd
-    "tests/integration/publish/test_registry.py",           # ~890 s: cold default build, the installed copy's venv, the
-                                                            # run's push + validation (with clean beside it), the canary
+    "tests/integration/publish/test_registry.py",           # ~940 s: cold default build, the installed copy's venv, the
+                                                            # run's push + validation (with clean beside it), the devel
+                                                            # build and its canary (the devel image's full validation)
     "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
-    "tests/integration/validate/test_validators.py",        # ~300 s
-    "tests/integration/validate/test_devel_target.py",      # ~210 s: the devel build and its full validation
+    "tests/integration/validate/test_broken_images.py",     # ~220 s: then the two parts of the validators' tests, one
+    "tests/integration/validate/test_validators.py",        # ~100 s  to each worker, as each nears its end
+    "tests/integration/validate/test_devel_target.py",      # ~40 s: the broken devel images (`devel_canary` validated it)
     "tests/integration/builder/test_build.py",              # ~40 s
     "tests/integration/core/test_install.py",               # seconds: asserts what the run's validation did
     "tests/integration/publish/test_fleet_promotion.py",    # ~15 s: its push mounts the run's layers

@@ -13,7 +13,8 @@ through the real signing path (gpuforge.publish.signed_run.sign_report, cosign w
 Cost: the run's push and signed validation (once per run, ~3 min + ~2 min on 2 cores, counted in the first module
 that needs them), one skopeo copy to the token registry and one to the open registry (blobs stay compressed; the
 run's registries share one blob folder, so neither stores a second copy), then manifest copies and cosign calls
-(< 2 s each).
+(< 2 s each). The canary's run is the devel image's one full validation (~3 min; tests/devel_canary.py), shared with
+test_devel_target.py.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 import state_here
+from devel_canary import DEVEL, REPO, fixture_rep, on_registry, set_env, sign
 from fleet_reports import newer_gpu_checks_passed
 from registries import (
     DOC_REF,
@@ -54,7 +56,7 @@ from conftest import KEY_PASSWORD, ROOT, gpuforge
 from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import history, promote, rollback, signed_run
+from gpuforge.publish import history, promote, rollback
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
@@ -84,11 +86,7 @@ def open_registry(tmp_path_factory):
 
 
 def _env(mp, cosign_keys, user=USER, password=PASSWORD):
-    mp.setenv("GPUFORGE_REGISTRY_USER", user)
-    mp.setenv("GPUFORGE_REGISTRY_PASSWORD", password)
-    mp.setenv("GPUFORGE_COSIGN_PUBLIC_KEY", cosign_keys["pub"])
-    mp.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
-    mp.delenv("GPUFORGE_PROD_REQUIRE_GPU", raising=False)  # prod needs GPU evidence without it
+    set_env(mp, cosign_keys, user, password)
 
 
 @pytest.fixture
@@ -96,8 +94,7 @@ def creds(monkeypatch, cosign_keys):
     _env(monkeypatch, cosign_keys)
 
 
-def _target(t, registry: str, repo: str):
-    return dataclasses.replace(t, tags=(f"{registry}/{repo}:{t.tag}",), registry=registry, repository=repo)
+_target = on_registry
 
 
 def _promote(t, env: str, cosign_keys, **kw) -> dict:
@@ -131,11 +128,7 @@ def pushed(validated, auth_registry):
 
 
 def _fixture_rep(base: dict, note: str, image_id: str | None = None) -> dict:
-    rep = copy.deepcopy(base)
-    rep["facts"]["fixture"] = f"FIXTURE (tests/integration/publish/test_registry.py): {note}; not a run of this image"
-    if image_id:
-        rep["facts"]["image_id"] = rep["evidence"]["image_id"] = image_id
-    return rep
+    return fixture_rep(base, note, image_id, origin="tests/integration/publish/test_registry.py")
 
 
 def gpu_fixture(base: dict, image_id: str | None = None) -> dict:
@@ -158,13 +151,7 @@ def gpu_fixture(base: dict, image_id: str | None = None) -> dict:
 
 def _sign(t, digest: str, rep: dict, cosign_keys) -> None:
     """The one signing path validate --attest uses, for a fixture report."""
-    mp = pytest.MonkeyPatch()
-    _env(mp, cosign_keys)
-    try:
-        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, signer=state_here.signer(cosign_keys["key"]),
-                               target=t)
-    finally:
-        mp.undo()
+    sign(t, digest, rep, cosign_keys, USER, PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -726,35 +713,37 @@ def test_unreachable_base_is_a_clear_error(default_build):
         bases.ensure_base(missing, log=lambda _: None)
 
 
-def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(pushed, creds, cosign_keys, tmp_path):
-    """`gpuforge canary --env dev` pulls the digest dev holds, runs every validator on it (never reused by content) and
-    signs the result onto that digest, marked as a canary; a red canary, being the newest statement, blocks the
-    digest's promotion and `status` says so, until a green run is signed after it."""
-    tr, res = _repo_copy(pushed, "gpuforge/canary")
-    m = _matrix(tmp_path, tr.registry, "gpuforge/canary")
-    _promote(tr, "dev", cosign_keys)
-    env = {"COSIGN_PASSWORD": KEY_PASSWORD}
-    r = gpuforge("--matrix", str(m), "canary", "--env", "dev", "--sign-key", cosign_keys["key"], "--reports",
-                 str(tmp_path / "canary"), env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    ref = f"{tr.registry}/{tr.repository}@{res['digest']}"
-    assert f"dev holds {res['digest']}; pulling it" in r.stdout
-    assert "gpuforge: reused" not in r.stdout and f"validating {tr.id}" in r.stdout
-    assert f"signed this run's validation (green) of what dev holds for {tr.id}, {ref}" in r.stdout
+def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(devel_canary, devel_build, creds, cosign_keys):
+    """`gpuforge canary --env dev` pulls the digest dev holds, runs every validator on it (never reused by content, though
+    a signed statement it could reuse is there) and signs the result onto that digest, marked as a canary; a red
+    canary, being the newest statement, blocks the digest's promotion and `status` says so, until a green run is signed
+    after it. The digest is the devel image's (tests/devel_canary.py): this canary is that image's one full validation."""
+    c = devel_canary
+    t, rec = devel_build
+    tr = on_registry(t, run_registry(), REPO)
+    ref, digest, m = c["ref"], c["digest"], c["matrix"]
+    # what it could have reused: validate --attest of these bytes reused the signed statement (a FIXTURE) as they came
+    assert "gpuforge: reused: the image checks" in c["attest_stdout"], c["attest_stdout"][-3000:]
+    out = c["stdout"]
+    assert c["rc"] == 0, out[-3000:] + c["stderr"][-2000:]
+    assert f"dev holds {digest}; pulling it" in out
+    assert "gpuforge: reused" not in out and f"validating {tr.id}" in out
+    assert f"signed this run's validation (green) of what dev holds for {tr.id}, {ref}" in out
     statements = attest.verified_statements(ref, attest.VALIDATION_TYPE, state_here.verifier(cosign_keys["pub"]))
     newest = statements[-1].predicate
     assert newest["run"]["canary"] == "dev" and newest["run"]["subject"] == ref and not newest["run"].get("reused_from")
-    assert newest["facts"]["image_id"] == res["report"]["facts"]["image_id"]  # the bytes dev holds, as pulled
-    r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
+    assert newest["facts"]["image_id"] == rec["image_id"] and "fixture" not in newest["facts"]  # the bytes dev holds
+    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "canary (dev, image): green at" in r.stdout, r.stdout[-2000:]
     # red: a canary whose check failed (a driver that moved, a new CVE check): signed like any run, newest
     red = _fixture_rep(newest, "a canary's failed check written in")
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     red["run"] = {k: v for k, v in red["run"].items() if k in ("canary", "gpuforge_version", "revision", "machine", "finished")}
-    _sign(tr, res["digest"], red, cosign_keys)
-    r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
+    _sign(tr, digest, red, cosign_keys)
+    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
     assert "canary (dev, image): RED at" in r.stdout and "; blocks promotion of this digest until a green run" in r.stdout, r.stdout
     _refused(tr, "is not evidence: failed: test_root_login_refused", cosign_keys, env="dev")
     # nothing to prove where the environment holds nothing
-    r = gpuforge("--matrix", str(m), "canary", "--env", "prod", "--sign-key", cosign_keys["key"], env=env)
+    r = gpuforge("--matrix", m, "canary", *DEVEL, "--env", "prod", "--sign-key", cosign_keys["key"],
+                 env={"COSIGN_PASSWORD": KEY_PASSWORD})
     assert r.returncode == 0 and f"{tr.id}: prod holds no digest" in r.stdout, r.stdout + r.stderr

@@ -1,7 +1,11 @@
 """The devel image built from wheels (#30), with the real CLI and engine: it builds on the default image's layers, the
 whole validator suite is green on it (the devel checks ran, not skipped), and each devel check fails on a broken
 devel image for its stated reason. The GPU half (the extension's kernel and the C++ AOTI loader run on the GPU) is
-measured on the H200 with the shipped devel image (docs/measurements/)."""
+measured on the H200 with the shipped devel image (docs/measurements/).
+
+The devel image's one full validation is `gpuforge canary --env dev` of it (`devel_canary` in conftest.py,
+tests/devel_canary.py): a canary runs every validator on the digest, and test_registry.py asserts the canary's own
+claims on the same run (#27: one full validation fewer per run)."""
 
 from __future__ import annotations
 
@@ -10,30 +14,18 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, gpuforge
-from gpuforge.plan.matrix import load_matrix
+from conftest import ROOT
 from gpuforge.validate import plugins, report
 
 pytestmark = pytest.mark.docker
-DEVEL = ["flavor=devel", "source=wheels"]
 SITE = "/opt/venv/lib/python3.11/site-packages"
 
 
-@pytest.fixture(scope="module")
-def devel_build(default_build, test_ca):
-    """The devel target, built after the default (its system and torch layers come from the default's cache)."""
-    from state_here import records
-
-    [t] = load_matrix().select(DEVEL)
-    r = gpuforge("build", *DEVEL, "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
-    assert r.returncode == 0, f"devel build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
-    return t, records.require(t.id)
-
-
-def test_devel_builds_on_the_default_layers_and_validates_green(devel_build, default_build, docker_engine, tmp_path):
+def test_devel_builds_on_the_default_layers_and_validates_green(devel_build, default_build, devel_canary, docker_engine):
     t, rec = devel_build
     _, base = default_build
     layers = {n: docker_engine.images.get(r["image_id"]).attrs["RootFS"]["Layers"]
@@ -42,9 +34,10 @@ def test_devel_builds_on_the_default_layers_and_validates_green(devel_build, def
     # a registry and a node hold them once
     shared = next(i for i, (a, b) in enumerate(zip(layers["devel"], layers["default"], strict=False)) if a != b)
     assert shared >= 5, f"the devel image shares only {shared} layers with the default"
-    r = gpuforge("validate", *DEVEL, "--reports", str(tmp_path))
-    rep = report.load(tmp_path / t.id / "report.json")
-    assert r.returncode == 0 and report.is_green(rep), f"validate failed:\n{r.stdout[-4000:]}"
+    rep = report.load(Path(devel_canary["report"]))
+    out = devel_canary["stdout"]
+    assert devel_canary["rc"] == 0 and report.is_green(rep), f"validate failed:\n{out[-4000:]}{devel_canary['stderr'][-2000:]}"
+    assert f"validating {t.id}" in out and rep["facts"]["image_id"] == rec["image_id"], out[-2000:]  # this image, checked
     devel = {c["name"]: c["outcome"] for c in rep["checks"] if c["module"] == "test_devel"}
     assert devel.pop("test_runtime_has_no_cuda_compiler") == devel.pop("test_cuda_base_devel_nvcc_is_the_target_cuda") == "skipped"
     assert set(devel.values()) == {"passed"} and len(devel) == 4, devel

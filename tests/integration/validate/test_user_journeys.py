@@ -3,7 +3,7 @@
 opens Lab with the token and runs a cell; a real Prometheus (Debian's 2.42) scraping the metrics mode on
 loopback, its HTTP API returning the series; `promtool check metrics` on the exposition. The per-journey
 validators (validators/test_journeys.py, test_metrics.py) run against the same image in the full suite and
-against the broken images in test_validators.py."""
+against the broken images in test_broken_images.py."""
 
 from __future__ import annotations
 

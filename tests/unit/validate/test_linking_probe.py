@@ -1,7 +1,7 @@
 """linking_probe.py's choice of how to resolve a file: the loader's trace only for an x86-64 ELF with a PT_DYNAMIC
 segment (a static executable handed to the loader is run by it: tini-static crashed so in a trial), ldd for another
 class. Real host files and hand-made headers; the probe's whole run is validated in the image
-(tests/integration/validate/test_validators.py's linking broken images)."""
+(tests/integration/validate/test_broken_images.py's linking broken images)."""
 
 from __future__ import annotations
 
