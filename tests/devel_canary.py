@@ -108,14 +108,16 @@ def run(devel, rec: dict, validated: dict, cosign_keys: dict, here: Path, user: 
         # reusable indeed: validate --attest reuses it (and signs the reuse onto the digest, which promotion reads)
         attest = gpuforge("--matrix", str(matrix), "validate", *DEVEL, "--attest", "--registry", host, "--sign-key",
                           cosign_keys["key"], "--key", cosign_keys["pub"], "--reports", str(here / "reuse"), env=env)
-        assert attest.returncode == 0, attest.stdout[-3000:] + attest.stderr[-2000:]
+        assert attest.returncode == 0 and "gpuforge: reused: the image checks" in attest.stdout, (
+            attest.stdout[-3000:] + attest.stderr[-2000:])  # else it validated: the FIXTURE proves nothing to reuse
         [promoted] = promote.promote_targets([t], env="dev", **state_here.promote_kw(cosign_keys["key"]))
         assert promoted["digest"] == digest, promoted
     finally:
         mp.undo()
+    # as a CI job runs it: every target of the matrix (only the devel image is in dev), the public key in reach
     with steps.step("the canary's validation of the devel image (its one full validation)"):
-        r = gpuforge("--matrix", str(matrix), "canary", *DEVEL, "--env", "dev", "--sign-key", cosign_keys["key"],
-                     "--reports", str(here / "canary"), env=env)
+        r = gpuforge("--matrix", str(matrix), "canary", "--env", "dev", "--sign-key", cosign_keys["key"],
+                     "--reports", str(here / "canary"), env={**env, "GPUFORGE_COSIGN_PUBLIC_KEY": cosign_keys["pub"]})
     return {"target": t.id, "digest": digest, "ref": ref, "matrix": str(matrix), "rc": r.returncode,
             "stdout": r.stdout, "stderr": r.stderr, "attest_stdout": attest.stdout,
             "report": str(here / "canary" / "canary-dev" / t.id / "report.json")}

@@ -8,7 +8,8 @@ FIXTURES, said where used: the GPU statements (no GPU here) are made from docs/m
 a real H200 run, merged into this run's report; the statements of the derived image (a one-file layer on the
 default image, the cheap second digest rollback needs) are this run's report with that image's id. Both go
 through the real signing path (gpuforge.publish.signed_run.sign_report, cosign with the test key) and say
-`"facts": {"fixture": ...}` inside.
+`"facts": {"fixture": ...}` inside. The canary's digest is the devel image's, and the statement it could reuse but
+must not is a FIXTURE too: this run's report with the devel image's content facts (tests/devel_canary.py).
 
 Cost: the run's push and signed validation (once per run, ~3 min + ~2 min on 2 cores, counted in the first module
 that needs them), one skopeo copy to the token registry and one to the open registry (blobs stay compressed; the
@@ -33,7 +34,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 import state_here
-from devel_canary import DEVEL, REPO, fixture_rep, on_registry, set_env, sign
+from devel_canary import REPO, fixture_rep, on_registry, set_env, sign
 from fleet_reports import newer_gpu_checks_passed
 from registries import (
     DOC_REF,
@@ -733,17 +734,17 @@ def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(devel_
     newest = statements[-1].predicate
     assert newest["run"]["canary"] == "dev" and newest["run"]["subject"] == ref and not newest["run"].get("reused_from")
     assert newest["facts"]["image_id"] == rec["image_id"] and "fixture" not in newest["facts"]  # the bytes dev holds
-    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", m, "status", "--env", "dev", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "canary (dev, image): green at" in r.stdout, r.stdout[-2000:]
     # red: a canary whose check failed (a driver that moved, a new CVE check): signed like any run, newest
     red = _fixture_rep(newest, "a canary's failed check written in")
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     red["run"] = {k: v for k, v in red["run"].items() if k in ("canary", "gpuforge_version", "revision", "machine", "finished")}
     _sign(tr, digest, red, cosign_keys)
-    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", m, "status", "--env", "dev", "--key", cosign_keys["pub"])
     assert "canary (dev, image): RED at" in r.stdout and "; blocks promotion of this digest until a green run" in r.stdout, r.stdout
     _refused(tr, "is not evidence: failed: test_root_login_refused", cosign_keys, env="dev")
     # nothing to prove where the environment holds nothing
-    r = gpuforge("--matrix", m, "canary", *DEVEL, "--env", "prod", "--sign-key", cosign_keys["key"],
+    r = gpuforge("--matrix", m, "canary", "--env", "prod", "--sign-key", cosign_keys["key"],
                  env={"COSIGN_PASSWORD": KEY_PASSWORD})
     assert r.returncode == 0 and f"{tr.id}: prod holds no digest" in r.stdout, r.stdout + r.stderr

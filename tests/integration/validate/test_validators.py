@@ -215,7 +215,7 @@ def test_validators_run_over_ssh(default_build, tmp_path):
 
 
 # Last in the module: `validated` (the run's push and signed validation, ~6 min on test_registry's worker) is ready by
-# then, while a worker that starts with this module runs the broken images first (tests/conftest.py LONGEST_FIRST).
+# then, wherever this module starts (tests/conftest.py LONGEST_FIRST gives it to a worker after its first module).
 def test_full_suite_is_green_with_reports(validated):
     t = validated["target"]
     d = validated["reports"] / t.id
