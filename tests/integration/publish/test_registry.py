@@ -34,7 +34,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 import state_here
-from devel_canary import REPO, fixture_rep, on_registry, set_env, sign
+from devel_canary import DEVEL, REPO, fixture_rep, on_registry, set_env, sign
 from fleet_reports import newer_gpu_checks_passed
 from registries import (
     DOC_REF,
@@ -734,14 +734,15 @@ def test_canary_validates_again_what_dev_holds_and_a_red_canary_blocks_it(devel_
     newest = statements[-1].predicate
     assert newest["run"]["canary"] == "dev" and newest["run"]["subject"] == ref and not newest["run"].get("reused_from")
     assert newest["facts"]["image_id"] == rec["image_id"] and "fixture" not in newest["facts"]  # the bytes dev holds
-    r = gpuforge("--matrix", m, "status", "--env", "dev", "--key", cosign_keys["pub"])
+    # status names one target (the matrix default without a selector): the devel one here
+    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "canary (dev, image): green at" in r.stdout, r.stdout[-2000:]
     # red: a canary whose check failed (a driver that moved, a new CVE check): signed like any run, newest
     red = _fixture_rep(newest, "a canary's failed check written in")
     next(c for c in red["checks"] if c["name"] == "test_root_login_refused").update(outcome="failed", message="FIXTURE")
     red["run"] = {k: v for k, v in red["run"].items() if k in ("canary", "gpuforge_version", "revision", "machine", "finished")}
     _sign(tr, digest, red, cosign_keys)
-    r = gpuforge("--matrix", m, "status", "--env", "dev", "--key", cosign_keys["pub"])
+    r = gpuforge("--matrix", m, "status", *DEVEL, "--env", "dev", "--key", cosign_keys["pub"])
     assert "canary (dev, image): RED at" in r.stdout and "; blocks promotion of this digest until a green run" in r.stdout, r.stdout
     _refused(tr, "is not evidence: failed: test_root_login_refused", cosign_keys, env="dev")
     # nothing to prove where the environment holds nothing
