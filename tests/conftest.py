@@ -294,7 +294,6 @@ def validated(default_build, cosign_keys, installed):
             "record": default_build[1], "registry": host, "push": done["push"], "beside": done["beside"]}
 
 
-
 @pytest.fixture(scope="session")
 def devel_build(default_build, test_ca):
     """The devel target, built after the default (its system and torch layers come from the default's cache). Once per
@@ -330,6 +329,7 @@ def devel_canary(devel_build, validated, cosign_keys):
             done = run(*devel_build, validated, cosign_keys, here, USER, PASSWORD)
             save(done)
     return done
+
 
 # --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------
 # It once rewrote target.json, .dockerignore and the bake file in place: that fails on a read-only checkout and

@@ -102,8 +102,7 @@ def run(devel, rec: dict, validated: dict, cosign_keys: dict, here: Path, user: 
         ref = f"{host}/{REPO}@{digest}"
         base = json.loads((validated["reports"] / validated["target"].id / "report.json").read_text())
         fixture = _reusable_fixture(t, rec, base)
-        signed_run.sign_report(f"{host}/{SOURCE}@{digest}", fixture, signer=state_here.signer(cosign_keys["key"]),
-                               target=source)
+        sign(source, digest, fixture, cosign_keys, user, password)
         reuse.remember(state_here.records.state_dir(), f"{host}/{SOURCE}@{digest}", reuse.key_of(Report.of(fixture)))
         # reusable indeed: validate --attest reuses it (and signs the reuse onto the digest, which promotion reads)
         attest = gpuforge("--matrix", str(matrix), "validate", *DEVEL, "--attest", "--registry", host, "--sign-key",

@@ -46,22 +46,17 @@ def test_devel_builds_on_the_default_layers_and_validates_green(devel_build, def
     assert rep["facts"]["size_gb"] <= t.settings.size_budget_gb
 
 
-
 def test_devel_layers_and_history_hold_no_build_ca(devel_build, test_ca, tmp_path):
     """A canary reads no build record, so it knows no build's CA bundle and its run skips the CA checks (an allowed
     skip). The devel image's are run here, with the bundle it was built with: no layer and no history entry holds it."""
     t, rec = devel_build
     assert rec["extra_ca"] == str(test_ca["bundle"])
-    (tmp_path / "target.json").write_text(t.expected_json())
     checks = ["test_build_ca_nowhere_in_filesystem", "test_history_has_no_secrets"]
-    r = subprocess.run([sys.executable, "-m", "pytest", *(f"validators/test_security.py::{c}" for c in checks),
-                        *plugins.PLUGIN_ARGS, "-q", "--rootdir", "validators", "--gpuforge-image", rec["image_id"],
-                        "--gpuforge-target", str(tmp_path / "target.json"), "--gpuforge-ca", rec["extra_ca"],
-                        "--gpuforge-report", str(tmp_path / "report.json")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **plugins.PLUGIN_ENV})
-    rep = json.loads((tmp_path / "report.json").read_text())
+    r, rep = _run_checks(rec["image_id"], t.expected_json(), [f"test_security.py::{c}" for c in checks], tmp_path,
+                         "--gpuforge-ca", rec["extra_ca"])
     assert r.returncode == 0, r.stdout[-2000:]
     assert {c["name"]: c["outcome"] for c in rep["checks"]} == dict.fromkeys(checks, "passed"), rep["checks"]
+
 
 NVRTC_H = f"{SITE}/nvidia/cuda_nvrtc/include/nvrtc.h"
 LOADER_H = f"{SITE}/torch/include/torch/csrc/inductor/aoti_package/model_package_loader.h"
@@ -110,14 +105,19 @@ def _fails_on(devel_build, docker_engine, tmp_path, lines: list[str], target_jso
     img, _ = docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
                                         labels={"io.gpuforge.test": "broken"})
     try:
-        (tmp_path / "target.json").write_text(target_json)
-        r = subprocess.run([sys.executable, "-m", "pytest", f"validators/test_devel.py::{check}", *plugins.PLUGIN_ARGS,
-                            "-q", "--rootdir", "validators", "--gpuforge-image", img.id, "--gpuforge-target",
-                            str(tmp_path / "target.json"), "--gpuforge-report", str(tmp_path / "report.json")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **plugins.PLUGIN_ENV})
-        rep = json.loads((tmp_path / "report.json").read_text())
+        r, rep = _run_checks(img.id, target_json, [f"test_devel.py::{check}"], tmp_path)
     finally:
         docker_engine.images.remove(img.id, force=True)
     failed = [c for c in rep["checks"] if c["outcome"] == "failed"]
     assert r.returncode != 0 and failed, f"the devel check passed a broken image:\n{r.stdout[-2000:]}"
     assert any(words.lower() in c["message"].lower() for c in failed), [c["message"] for c in failed]
+
+
+def _run_checks(image_id: str, target_json: str, selects: list[str], tmp_path, *extra: str):
+    """The `selects`ed validators run on `image_id` against `target_json`: (the pytest run, its report)."""
+    (tmp_path / "target.json").write_text(target_json)
+    r = subprocess.run([sys.executable, "-m", "pytest", *(f"validators/{s}" for s in selects), *plugins.PLUGIN_ARGS,
+                        "-q", "--rootdir", "validators", "--gpuforge-image", image_id, "--gpuforge-target",
+                        str(tmp_path / "target.json"), "--gpuforge-report", str(tmp_path / "report.json"), *extra],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **plugins.PLUGIN_ENV})
+    return r, json.loads((tmp_path / "report.json").read_text())
