@@ -1,8 +1,8 @@
-"""The build paths users run: buildx (the primary driver), classic BuildKit (the fallback, kept honest by a
-full second build), the registry's inline cache shared with a second, empty engine (another runner), and
-the fleet's bake file. Costs in CI (2 cores): push to the run's registry seconds (its layers mounted from another
-module's push; ~3 min of gzip when none came first), cache rebuild on the second engine ~2-3 min, classic --no-cache
-build on that engine ~2-3 min (never on the shared engine: see its test), bake of the default target (warm) seconds.
+"""The build paths users run: buildx (the primary driver), the registry's inline cache shared with a second, empty
+engine (another runner), and the fleet's bake file. Classic BuildKit (the fallback) builds the devel image on the
+engine matrix's empty engine (test_engine_matrix.py), where its steps always run. Costs in CI (2 cores): push to the
+run's registry seconds (its layers mounted from another module's push; ~3 min of gzip when none came first), cache
+rebuild on the second engine ~2-3 min, bake of the default target (warm) seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from gpuforge.engine import client as engine
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.registry.client import RegistryAuth, auth_file
 from gpuforge.render import dockerfile as render
-from gpuforge.render import locks
 
 pytestmark = pytest.mark.docker
 DOCKER = "/usr/bin/docker"
@@ -39,11 +38,6 @@ def _matrix(tmp_path: Path, registry: str, repo: str) -> Path:
 def _record(state: Path, target_id: str, monkeypatch) -> dict:
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))
     return records.require(target_id)
-
-
-def _freeze(client, image: str) -> str:
-    return client.containers.run(image, ["/opt/venv/bin/pip", "freeze"], remove=True, stderr=False,
-                                 entrypoint="").decode()
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +70,9 @@ def test_buildx_is_chosen_when_present_and_classic_can_be_forced(buildx_present,
 @pytest.fixture(scope="module")
 def second_engine(docker_engine):
     if not (shutil.which("dockerd") and shutil.which("ip")):
-        need("needs dockerd and ip (a second engine: runner B of the registry-cache test, and the classic build)")
+        need("needs dockerd and ip (a second engine: runner B of the registry-cache test)")
     try:
-        eng = SecondEngine(outbound=True)  # the classic --no-cache build downloads its wheels
+        eng = SecondEngine(outbound=True)  # a step the registry cache lacks would download its wheels
     except (StartError, subprocess.CalledProcessError) as e:
         pytest.fail(f"second engine: {e}")
     # bootstrapped bases are made locally: load the default's rather than debootstrap again
@@ -141,36 +135,6 @@ def test_registry_inline_cache_rebuilds_on_an_empty_engine_without_rebuilding_to
     assert a == b
     print(f"runner B rebuild from the registry cache: {rec_b['seconds']} s (runner A's cold default build: see bench)")
     docker_engine.images.remove(ref)
-
-
-def test_classic_driver_second_build_gives_the_same_pip_freeze(default_build, docker_engine, second_engine, test_ca,
-                                                               tmp_path, built_by, monkeypatch):
-    """A full second build of the same commit (--no-cache) through classic BuildKit: every package pinned,
-    so `pip freeze` equals the default build's, and every package is in the target's constraints.
-
-    It builds on the second engine, never on the shared one: a --no-cache build leaves a second, equivalent result
-    under each cache key, and the shared engine may then serve a later build (the devel target's) layers that are
-    not the default image's (a clean CI engine failed test_devel_target that way)."""
-    t, rec = default_build
-    m = _matrix(tmp_path, "127.0.0.1:5999", "gpuforge-test-13/classic")
-    state = tmp_path / "state"
-    r = gpuforge("--matrix", str(m), "build", "--driver", "classic", "--no-cache", "--progress", "plain",
-                 "--extra-ca", str(test_ca["bundle"]), env={"DOCKER_HOST": second_engine.host,
-                                                            "GPUFORGE_STATE_DIR": str(state), "GPUFORGE_LOG_DIR": str(tmp_path)})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "build driver: classic (DOCKER_BUILDKIT=1 docker build)" in r.stdout
-    classic = _record(state, t.id, monkeypatch)
-    built_by(f"{t.id} (classic, --no-cache, on the second engine)", classic)
-    assert classic["driver"] == "classic" and classic["image_id"] != rec["image_id"]
-    a, b = _freeze(docker_engine, rec["image_id"]), _freeze(second_engine.client, classic["image_id"])
-    assert a == b
-    pinned = {**locks.pins(render.constraints(t)), "torch": t.variant.torch, "torchvision": t.variant.torchvision,
-              "torchaudio": t.variant.torchaudio, "triton": t.variant.triton}
-    assert {n: v for n, v in locks.pins(a).items() if pinned.get(n) != v} == {}, "installed but not pinned"
-    # the second engine is an empty runner again for the registry-cache test, whichever runs first
-    for ref in load_matrix(m).select(None)[0].tags:
-        second_engine.client.images.remove(ref)
-    second_engine.client.api.prune_builds(all=True)
 
 
 def test_bake_file_prints_the_fleet_and_builds_the_default(buildx_present, default_build, docker_engine, built_by, tmp_path):

@@ -9,7 +9,8 @@ real CLI against it (DOCKER_HOST) with a state directory of its own, so no recor
 
 What must hold on that engine: the recorded image id is the engine's own id of the image, the digest
 pushed is that id (the containerd store pushes the bytes it holds), cosign signs exactly that digest,
-and promotion copies exactly that digest.
+and promotion copies exactly that digest. Its cold build is also the run's second full build of the commit: every
+package it installs is pinned, and its `pip freeze` equals the main engine's default build's.
 
 Cost: one cold build of the default image on the empty engine, shared by both provenance settings (the second
 build runs every step from this module's engine's cache and only exports), one full validation (the second
@@ -28,6 +29,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pins
 import pytest
 import state_here
 import steps
@@ -113,7 +115,7 @@ def layers(engine26, ref_or_id: str) -> list[str]:
 
 @pytest.mark.parametrize("provenance", ["default", "false"])
 def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry, keys, test_ca, state, tmp_path,
-                                                             provenance, monkeypatch):
+                                                             provenance, monkeypatch, request):
     env = {"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state),
            "GPUFORGE_LOG_DIR": str(tmp_path / "logs"), "COSIGN_PASSWORD": KEY_PASSWORD}
     reports = tmp_path / "reports"
@@ -148,6 +150,15 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     assert rec["engine"].startswith("26.1.5") and rec["image_store"].startswith("containerd/")
     assert engine26.client.images.get(rec["image_id"]).id == rec["image_id"]  # the engine's own id, not the iidfile's
     assert rec["image_index"] is (provenance == "default")
+    if provenance == "default":  # a second full build of this commit (cold, on another engine and BuildKit)
+        frozen = pins.freeze(engine26.client, rec["image_id"])
+        assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
+        # the default build is done by now (another worker starts with it); asked here, not as an argument, so that
+        # this module's cold build runs beside it instead of waiting for it
+        main_t, main_rec = request.getfixturevalue("default_build")
+        assert main_t.id == t.id
+        assert frozen == pins.freeze(request.getfixturevalue("docker_engine"), main_rec["image_id"]), (
+            "two builds of one commit installed different packages")
 
     cli("push", "--registry", registry)
     rec = record()
@@ -218,3 +229,30 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     assert zcfg["rootfs"]["diff_ids"] == gcfg["rootfs"]["diff_ids"]  # same files, compressed otherwise
     assert f"{tag}-zstd@{zdigest} (zstd" in out
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one
+
+
+def test_classic_driver_builds_the_devel_image_running_its_own_steps(engine26, test_ca, tmp_path, monkeypatch):
+    """Classic BuildKit (`DOCKER_BUILDKIT=1 docker build` through this machine's docker 20.10 client: the fallback
+    where buildx is absent) builds the devel target on this module's engine, which no other run shares, so the devel
+    image's own steps always run through it: apt with cache mounts, the toolkit wheels with the CA build secret and a
+    tmpfs. A driver that dropped a mount, the secret or a build argument fails here. Every package it installs is
+    pinned. The layers it shares with the default come from the cold build above (run the module whole; alone, this
+    builds them too).
+
+    It was a classic `--no-cache` build of the default on a 20.10 engine of its own: a cold torch install that the
+    cold build above already is (the second full build of the commit, whose `pip freeze` is compared there)."""
+    [t] = load_matrix().select(["flavor=devel", "source=wheels"])
+    state = tmp_path / "state"
+    with timed("classic devel build"):
+        r = gpuforge("build", "flavor=devel", "source=wheels", "--driver", "classic", "--progress", "plain",
+                     "--extra-ca", str(test_ca["bundle"]),
+                     env={"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state), "GPUFORGE_LOG_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "build driver: classic (DOCKER_BUILDKIT=1 docker build)" in r.stdout
+    monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))
+    rec = records.require(t.id)
+    assert rec["driver"] == "classic" and engine26.client.images.get(rec["image_id"]).id == rec["image_id"]
+    ran = [h for h, cached in run_steps(Path(rec["log"]).read_text()).items() if not cached]
+    assert any("--mount=type=secret,id=ca" in h for h in ran) and any("--mount=type=cache" in h for h in ran), (
+        f"the devel image's own steps did not run through the classic driver: {[h[:80] for h in ran]}")
+    assert pins.unpinned(pins.freeze(engine26.client, rec["image_id"]), t) == {}, "installed but not pinned"
