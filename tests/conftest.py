@@ -383,11 +383,12 @@ def pytest_sessionfinish(session, exitstatus):
 # `nox -s tests` on 2 cores (2026-12-05, an engine pruned to nothing, as CI's is, two workers); the default build, the
 # run's push and signed validation (~520 s) count in test_registry, which needs them first.
 LONGEST_FIRST = (
-    "tests/integration/publish/test_engine_matrix.py",      # ~720 s: a second engine's cold build, a validation, zstd
+    "tests/integration/publish/test_engine_matrix.py",      # ~760 s: a second engine's cold build, a validation, zstd,
+                                                            # the classic devel build
     "tests/integration/publish/test_registry.py",           # ~940 s: cold default build, the installed copy's venv, the
                                                             # run's push + validation (with clean beside it), the devel
                                                             # build and its canary (the devel image's full validation)
-    "tests/integration/builder/test_buildx.py",             # ~220 s: after the engine matrix, on its worker
+    "tests/integration/builder/test_buildx.py",             # ~110 s: after the engine matrix, on its worker
     "tests/integration/validate/test_broken_images.py",     # ~220 s: then the two parts of the validators' tests, one
     "tests/integration/validate/test_validators.py",        # ~100 s  to each worker, as each nears its end
     "tests/integration/validate/test_devel_target.py",      # ~40 s: the broken devel images (`devel_canary` validated it)

@@ -217,6 +217,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         prod = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-prod"))
         assert prod is not None and prod.digest == digest
     if provenance != "default":
+        classic_devel_build(engine26, test_ca, tmp_path, monkeypatch)  # on this engine's cache of the cold build
         return
     # zstd layers (the containerd store's builder can export them): <tag>-zstd beside the gzip <tag>
     out = cli("push", "--registry", registry, "--compression", "both").stdout
@@ -231,22 +232,23 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one
 
 
-def test_classic_driver_builds_the_devel_image_running_its_own_steps(engine26, test_ca, tmp_path, monkeypatch):
+def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
     """Classic BuildKit (`DOCKER_BUILDKIT=1 docker build` through this machine's docker 20.10 client: the fallback
     where buildx is absent) builds the devel target on this module's engine, which no other run shares, so the devel
     image's own steps always run through it: apt with cache mounts, the toolkit wheels with the CA build secret and a
     tmpfs. A driver that dropped a mount, the secret or a build argument fails here. Every package it installs is
-    pinned. The layers it shares with the default come from the cold build above (run the module whole; alone, this
-    builds them too).
+    pinned. The layers it shares with the default come from this module's cold build, the provenance-off case
+    runs it (a test of its own would keep xdist from giving this worker test_buildx next: tests/conftest.py).
 
     It was a classic `--no-cache` build of the default on a 20.10 engine of its own: a cold torch install that the
-    cold build above already is (the second full build of the commit, whose `pip freeze` is compared there)."""
+    cold build of this module already is (the second full build of the commit, whose `pip freeze` is compared there)."""
     [t] = load_matrix().select(["flavor=devel", "source=wheels"])
-    state = tmp_path / "state"
+    state = tmp_path / "classic-state"
     with timed("classic devel build"):
         r = gpuforge("build", "flavor=devel", "source=wheels", "--driver", "classic", "--progress", "plain",
                      "--extra-ca", str(test_ca["bundle"]),
-                     env={"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state), "GPUFORGE_LOG_DIR": str(tmp_path)})
+                     env={"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state),
+                          "GPUFORGE_LOG_DIR": str(tmp_path / "classic-logs")})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "build driver: classic (DOCKER_BUILDKIT=1 docker build)" in r.stdout
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))
