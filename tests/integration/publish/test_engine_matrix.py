@@ -135,6 +135,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
                         "the registry's last 5xx answers:\n" + ("\n".join(errors[-5:])[-3000:] or "(none)"))
         return r
 
+    run_state = os.environ["GPUFORGE_STATE_DIR"]  # the run's (tests/conftest.py), where once-per-run results are
     monkeypatch.setenv("GPUFORGE_STATE_DIR", env["GPUFORGE_STATE_DIR"])  # records.require reads the CLI's state
 
     def record() -> dict:
@@ -154,8 +155,11 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         frozen = pins.freeze(engine26.client, rec["image_id"])
         assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
         # the default build is done by now (another worker starts with it); asked here, not as an argument, so that
-        # this module's cold build runs beside it instead of waiting for it
-        main_t, main_rec = request.getfixturevalue("default_build")
+        # this module's cold build runs beside it instead of waiting for it. Under the run's state dir, where that
+        # worker left it (under this module's, the fixture would build it again and record it here)
+        with monkeypatch.context() as mp:
+            mp.setenv("GPUFORGE_STATE_DIR", run_state)
+            main_t, main_rec = request.getfixturevalue("default_build")
         assert main_t.id == t.id
         assert frozen == pins.freeze(request.getfixturevalue("docker_engine"), main_rec["image_id"]), (
             "two builds of one commit installed different packages")
