@@ -195,8 +195,8 @@ def dead_runs_window(*, leaves_them: bool):
 @pytest.fixture(scope="session")
 def default_build(docker_engine, test_ca):
     """The matrix default, built for real once per test run (BuildKit's cache makes reruns fast). Once per run, not per
-    worker: a second build of the same commit may be served another cache chain (after test_buildx's --no-cache
-    build) and move the default tag under the first worker's tests."""
+    worker: a second build of the same commit may be served another cache chain (on an engine where a --no-cache
+    build of it ran) and move the default tag under the first worker's tests."""
     from state_here import records
 
     from gpuforge.plan.matrix import load_matrix
@@ -380,8 +380,9 @@ def pytest_sessionfinish(session, exitstatus):
 # (test_buildx) at once and runs it after the engine matrix: the two modules that each hold a second engine's 6 GB
 # image beside the default image never run side by side (they took 56 GB of disk that way). test_registry's worker
 # takes more only near its end. tests/unit/core/test_module_order.py checks the counts. Seconds: a full run of
-# `nox -s tests` on 2 cores (2026-12-05, an engine pruned to nothing, as CI's is, two workers); the default build, the
-# run's push and signed validation (~520 s) count in test_registry, which needs them first.
+# `nox -s tests` on 2 cores (2026-12-05; the engine matrix and test_buildx 2026-12-06), an engine pruned to nothing, as
+# CI's is, two workers; the default build, the run's push and signed validation (~520 s) count in test_registry, which
+# needs them first.
 LONGEST_FIRST = (
     "tests/integration/publish/test_engine_matrix.py",      # ~760 s: a second engine's cold build, a validation, zstd,
                                                             # the classic devel build

@@ -1,5 +1,5 @@
-"""What an image installed (`pip freeze` in a container of it) against what its target pins: test_buildx.py asks it
-of the classic devel build, test_engine_matrix.py of its cold build on Docker 26.1.5 (a second full build)."""
+"""What an image installed (`pip freeze` in a container of it) against what its target pins: test_engine_matrix.py asks
+it of its cold build on Docker 26.1.5 (the run's second full build) and of its classic devel build."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def _record(state: Path, target_id: str, monkeypatch) -> dict:
 @pytest.fixture(scope="module")
 def built_by(request):
     """note(what, record): which driver + client built each image here; printed when the module ends (CI's
-    log then shows buildx and classic side by side)."""
+    log then shows them side by side; the classic build is the engine matrix's, which prints its own line)."""
     built: list[str] = []
     yield lambda what, rec: built.append(f"{what}: {rec['driver']} via {rec.get('client', '?')} ({rec.get('seconds', '?')} s)")
     tr = request.config.pluginmanager.get_plugin("terminalreporter")

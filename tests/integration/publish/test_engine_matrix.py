@@ -15,8 +15,9 @@ package it installs is pinned, and its `pip freeze` equals the main engine's def
 Cost: one cold build of the default image on the empty engine, shared by both provenance settings (the second
 build runs every step from this module's engine's cache and only exports), one full validation (the second
 setting is another digest of the same layers and config: the first's signed evidence is reused by content, and
-the reuse is signed onto its digest, which promotion then reads), pushes that reuse the exported blobs, and a zstd
-push. Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
+the reuse is signed onto its digest, which promotion then reads), pushes that reuse the exported blobs, a zstd
+push, and the classic devel build on the cold build's cache (~50 s). Run alone, it also makes the main engine's default
+build, which its cold build is compared with. Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
 """
 
 from __future__ import annotations
@@ -151,18 +152,10 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     assert rec["engine"].startswith("26.1.5") and rec["image_store"].startswith("containerd/")
     assert engine26.client.images.get(rec["image_id"]).id == rec["image_id"]  # the engine's own id, not the iidfile's
     assert rec["image_index"] is (provenance == "default")
-    if provenance == "default":  # a second full build of this commit (cold, on another engine and BuildKit)
-        frozen = pins.freeze(engine26.client, rec["image_id"])
-        assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
-        # the default build is done by now (another worker starts with it); asked here, not as an argument, so that
-        # this module's cold build runs beside it instead of waiting for it. Under the run's state dir, where that
-        # worker left it (under this module's, the fixture would build it again and record it here)
-        with monkeypatch.context() as mp:
-            mp.setenv("GPUFORGE_STATE_DIR", run_state)
-            main_t, main_rec = request.getfixturevalue("default_build")
-        assert main_t.id == t.id
-        assert frozen == pins.freeze(request.getfixturevalue("docker_engine"), main_rec["image_id"]), (
-            "two builds of one commit installed different packages")
+    if provenance == "default":  # the module's engine starts empty: a cold build, every step run
+        assert not any(cached.values()), f"steps from a cache on an empty engine: {[h[:80] for h, c in cached.items() if c]}"
+    else:  # the cold build's cache: the devel target through classic BuildKit shares its layers below the devel steps
+        classic_devel_build(engine26, test_ca, tmp_path, monkeypatch)
 
     cli("push", "--registry", registry)
     rec = record()
@@ -221,7 +214,6 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         prod = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-prod"))
         assert prod is not None and prod.digest == digest
     if provenance != "default":
-        classic_devel_build(engine26, test_ca, tmp_path, monkeypatch)  # on this engine's cache of the cold build
         return
     # zstd layers (the containerd store's builder can export them): <tag>-zstd beside the gzip <tag>
     out = cli("push", "--registry", registry, "--compression", "both").stdout
@@ -234,6 +226,18 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     assert zcfg["rootfs"]["diff_ids"] == gcfg["rootfs"]["diff_ids"]  # same files, compressed otherwise
     assert f"{tag}-zstd@{zdigest} (zstd" in out
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one
+    # the cold build above is the run's second full build of this commit, on another engine and BuildKit: the same
+    # packages, every one pinned. Asked last, not as an argument, so that the cold build runs beside the main engine's
+    # default build instead of waiting for it; under the run's state dir, where that worker leaves its result (under
+    # this module's, the fixture would build the default again and record it here)
+    frozen = pins.freeze(engine26.client, rec["image_id"])
+    assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
+    with monkeypatch.context() as mp:
+        mp.setenv("GPUFORGE_STATE_DIR", run_state)
+        main_t, main_rec = request.getfixturevalue("default_build")
+    assert main_t.id == t.id
+    assert frozen == pins.freeze(request.getfixturevalue("docker_engine"), main_rec["image_id"]), (
+        "two builds of one commit installed different packages")
 
 
 def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
@@ -241,8 +245,9 @@ def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
     where buildx is absent) builds the devel target on this module's engine, which no other run shares, so the devel
     image's own steps always run through it: apt with cache mounts, the toolkit wheels with the CA build secret and a
     tmpfs. A driver that dropped a mount, the secret or a build argument fails here. Every package it installs is
-    pinned. The layers it shares with the default come from this module's cold build, the provenance-off case
-    runs it (a test of its own would keep xdist from giving this worker test_buildx next: tests/conftest.py).
+    pinned. The layers it shares with the default (the torch step's included) come from this module's build cache: the
+    provenance-off case runs it (a test of its own would keep xdist from giving this worker test_buildx next:
+    tests/conftest.py). The classic driver's other engine, 20.10 without buildx, is not run: its client is this one.
 
     It was a classic `--no-cache` build of the default on a 20.10 engine of its own: a cold torch install that the
     cold build of this module already is (the second full build of the commit, whose `pip freeze` is compared there)."""
@@ -255,10 +260,16 @@ def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
                           "GPUFORGE_LOG_DIR": str(tmp_path / "classic-logs")})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "build driver: classic (DOCKER_BUILDKIT=1 docker build)" in r.stdout
-    monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))
-    rec = records.require(t.id)
+    with monkeypatch.context() as mp:
+        mp.setenv("GPUFORGE_STATE_DIR", str(state))
+        rec = records.require(t.id)
+    print(f"{t.id}: built by {rec['driver']} via {rec.get('client', '?')} in {rec.get('seconds', '?')} s")
     assert rec["driver"] == "classic" and engine26.client.images.get(rec["image_id"]).id == rec["image_id"]
-    ran = [h for h, cached in run_steps(Path(rec["log"]).read_text()).items() if not cached]
-    assert any("--mount=type=secret,id=ca" in h for h in ran) and any("--mount=type=cache" in h for h in ran), (
+    steps = run_steps(Path(rec["log"]).read_text())
+    torch_steps = [h for h in steps if "uv pip install" in h]
+    assert torch_steps and all(steps[h] for h in torch_steps), f"the torch step ran again: {steps}"
+    ran = [h for h, cached in steps.items() if not cached]
+    assert any("--mount=type=secret,id=ca" in h and "nvidia-cuda-nvcc" in h for h in ran) and any(
+        "--mount=type=cache" in h and "build-essential" in h for h in ran), (
         f"the devel image's own steps did not run through the classic driver: {[h[:80] for h in ran]}")
     assert pins.unpinned(pins.freeze(engine26.client, rec["image_id"]), t) == {}, "installed but not pinned"

@@ -120,6 +120,20 @@ def test_build_labels_are_passed_on_the_command_line(tmp_path):
     assert again[again.index("--iidfile") + 1] == str(tmp_path / "t" / "iidfile")
 
 
+
+@pytest.mark.parametrize("driver", ["buildx", "classic"])
+def test_no_cache_reaches_the_build_command(tmp_path, driver):
+    """`gpuforge build --no-cache` is passed to the driver's command (no integration test builds with it: a cold build
+    of the whole image costs a torch install, and the engine matrix's empty engine builds cold anyway)."""
+    from gpuforge.plan.matrix import load_matrix
+
+    t = load_matrix().select(None)[0]
+    drv = engine.DRIVERS[driver](client="docker", client_version="20.10")
+    argv = [runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(no_cache=no_cache, records=records.here(),
+                                                                                     log_dir=tmp_path), {})
+            for no_cache in (True, False)]
+    assert "--no-cache" in argv[0] and "--no-cache" not in argv[1]
+
 def test_engine_id_comes_from_the_build_metadata():
     """A containerd store names a single-manifest image by its manifest digest; BuildKit's iidfile then
     holds the config digest, which that engine does not know (seen on 26.1.5 with --provenance=false)."""
