@@ -17,7 +17,8 @@ build runs every step from this module's engine's cache and only exports), one f
 setting is another digest of the same layers and config: the first's signed evidence is reused by content, and
 the reuse is signed onto its digest, which promotion then reads), pushes that reuse the exported blobs, a zstd
 push, and the classic devel build on the cold build's cache (~50 s). Run alone, it also makes the main engine's default
-build, which its cold build is compared with. Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
+build, which its cold build is compared with. Every step's seconds are printed, and a table of them at the end
+(docs/ci.md has a run's figures).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import pins
 import pytest
 import state_here
 import steps
+from devel_canary import DEVEL
 from fleet_reports import gpu_report
 from registries import LocalRegistry
 from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trixie_engine
@@ -251,10 +253,10 @@ def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
 
     It was a classic `--no-cache` build of the default on a 20.10 engine of its own: a cold torch install that the
     cold build of this module already is (the second full build of the commit, whose `pip freeze` is compared there)."""
-    [t] = load_matrix().select(["flavor=devel", "source=wheels"])
+    [t] = load_matrix().select(DEVEL)
     state = tmp_path / "classic-state"
     with timed("classic devel build"):
-        r = gpuforge("build", "flavor=devel", "source=wheels", "--driver", "classic", "--progress", "plain",
+        r = gpuforge("build", *DEVEL, "--driver", "classic", "--progress", "plain",
                      "--extra-ca", str(test_ca["bundle"]),
                      env={"DOCKER_HOST": engine26.host, "GPUFORGE_STATE_DIR": str(state),
                           "GPUFORGE_LOG_DIR": str(tmp_path / "classic-logs")})

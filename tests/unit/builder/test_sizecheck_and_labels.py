@@ -120,7 +120,6 @@ def test_build_labels_are_passed_on_the_command_line(tmp_path):
     assert again[again.index("--iidfile") + 1] == str(tmp_path / "t" / "iidfile")
 
 
-
 @pytest.mark.parametrize("driver", ["buildx", "classic"])
 def test_no_cache_reaches_the_build_command(tmp_path, driver):
     """`gpuforge build --no-cache` is passed to the driver's command (no integration test builds with it: a cold build
@@ -133,6 +132,7 @@ def test_no_cache_reaches_the_build_command(tmp_path, driver):
                                                                                      log_dir=tmp_path), {})
             for no_cache in (True, False)]
     assert "--no-cache" in argv[0] and "--no-cache" not in argv[1]
+
 
 def test_engine_id_comes_from_the_build_metadata():
     """A containerd store names a single-manifest image by its manifest digest; BuildKit's iidfile then
