@@ -165,7 +165,7 @@ def cmd_build(args) -> int:
         jobs=o.jobs, keep_going=o.keep_going, extra_ca=o.extra_ca, builder=o.builder, cache_from=list(o.cache_from),
         cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
         pypi_url=o.pypi_url, progress=o.progress, provenance=None if o.provenance == "default" else o.provenance,
-        records=_records(o), log_dir=Path(o.log_dir),
+        records=_records(o), log_dir=Path(o.log_dir), gzip_level=o.compression_level,
     )
     if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
         print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "

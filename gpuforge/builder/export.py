@@ -16,6 +16,7 @@ from pathlib import Path
 from gpuforge.builder.runner import redact
 from gpuforge.engine import client as engine
 from gpuforge.engine import retry
+from gpuforge.engine.drivers import LOAD
 from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 
@@ -39,12 +40,16 @@ def named_builder(rec: BuildRecord) -> bool:
 
 
 def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
-    """The recorded `argv` with the exporter `output` instead of --load, its id and metadata files under `tmp`."""
+    """The recorded `argv` with the exporter `output` instead of --load (or its long form, `--output type=docker,...`,
+    which a --compression-level build records), its id and metadata files under `tmp`."""
     out: list[str] = []
     it = iter(argv)
     for a in it:
         if a == "--load":
             out += ["--output", output]
+        elif a == "--output":
+            loaded = next(it, "")
+            out += ["--output", output if loaded.split(",", 1)[0] == LOAD else loaded]
         elif a in ("--iidfile", "--metadata-file"):
             next(it, None)
             out += [a, str(tmp / a.lstrip("-"))]

@@ -66,6 +66,7 @@ class BuildOptions:
     log_dir: Path  # one log per target (the CLI's log_dir: GPUFORGE_LOG_DIR)
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
     provenance: str | None = None  # buildx --provenance (None: BuildKit's default; "false": none)
+    gzip_level: int | None = None  # the exported layers' gzip level (None: BuildKit's); a containerd store keeps them
 
 
 @dataclass(kw_only=True)
@@ -154,7 +155,8 @@ def source_url(root: Path | None = None, hops: int = 3) -> str | None:
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
                labels: dict[str, str], metadata: Path | None = None) -> list[str]:
     argv = driver.command(builder=opts.builder, cache_from=opts.cache_from, cache_to=opts.cache_to,
-                          provenance=opts.provenance, metadata=str(metadata) if metadata else None)
+                          provenance=opts.provenance, metadata=str(metadata) if metadata else None,
+                          gzip_level=opts.gzip_level)
     if opts.no_cache:
         argv.append("--no-cache")
     argv += ["--progress=plain", "--iidfile", str(iidfile), "-f", str(root / "images" / "dist" / t.id / "Dockerfile")]
@@ -205,11 +207,12 @@ def diagnose(log_text: str) -> str | None:
 class _Runner:
     """Runs builds, tracks child processes so Ctrl-C or a failure (without --keep-going) stops them."""
 
-    def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool):
+    def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool,
+                 info: engine.EngineInfo):
         self.driver, self.opts, self.results, self.plain = driver, opts, results, plain
         # one value each for every target of this run
         self.revision, self.created, self.source = git_revision(), created_time(), source_url()
-        self.engine = engine.engine_info()
+        self.engine = info
         self.stop = threading.Event()
         self.procs: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
@@ -369,11 +372,17 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if opts.context_root is None:
         render.check(targets, all_targets=False)
     driver = engine.choose_driver(opts.client, opts.driver)
-    why = driver.cannot(builder=None, cache_from=opts.cache_from, cache_to=opts.cache_to)
+    why = driver.cannot(builder=None, cache_from=opts.cache_from, cache_to=opts.cache_to, gzip_level=opts.gzip_level)
     if why:  # refused before the engine is touched, never silently dropped
         raise ConfigError(why)
     engine.client()
     print(driver.describe(), flush=True)
+    info = engine.engine_info()
+    if opts.gzip_level is not None and not info.containerd_store:
+        # a graphdriver store keeps layers uncompressed: its push compresses them, at the engine's own level
+        msg = (f"--compression-level {opts.gzip_level} needs an engine with the containerd image store, which keeps the "
+               f"layers the build exports; this is {info.describe()}, whose push compresses at its own level")
+        raise ConfigError(msg)
     why = driver.cannot(builder=opts.builder, cache_from=(), cache_to=None)
     if why:
         raise ConfigError(why)
@@ -384,7 +393,7 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
             bases.ensure_base(t)
     plain = opts.progress == "plain" or (opts.progress == "auto" and not sys.stdout.isatty())
     results = {t.id: Result(target=t) for t in targets}
-    runner = _Runner(driver, opts, results, plain)
+    runner = _Runner(driver, opts, results, plain, info)
     pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs))
     try:
         futures = [pool.submit(runner.build, t) for t in targets]

@@ -20,13 +20,17 @@ class Driver(Protocol):
     def describe(self) -> str: ...
 
     def command(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
-                provenance: str | None, metadata: str | None) -> list[str]:
+                provenance: str | None, metadata: str | None, gzip_level: int | None = None) -> list[str]:
         """The build command up to the options every driver shares."""
         ...
 
-    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None) -> str | None:
+    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
+               gzip_level: int | None = None) -> str | None:
         """Why this driver cannot honour the given options (None: it can): refused, never silently dropped."""
         ...
+
+
+LOAD = "type=docker"  # buildx's --load: the image into the engine's own store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +45,10 @@ class Buildx:
         return f"build driver: {self.name} (docker buildx build --load) via {self.client} {self.client_version}"
 
     def command(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
-                provenance: str | None, metadata: str | None) -> list[str]:
-        argv = [self.client, "buildx", "build", "--load"]
+                provenance: str | None, metadata: str | None, gzip_level: int | None = None) -> list[str]:
+        # --load is `--output type=docker`; the exporter's gzip level needs the long form
+        load = ["--output", f"{LOAD},compression=gzip,compression-level={gzip_level}"] if gzip_level is not None else ["--load"]
+        argv = [self.client, "buildx", "build", *load]
         if builder:
             argv += ["--builder", builder]
         for c in cache_from:
@@ -55,7 +61,8 @@ class Buildx:
             argv += ["--metadata-file", metadata]
         return argv
 
-    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None) -> str | None:
+    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
+               gzip_level: int | None = None) -> str | None:
         return None
 
 
@@ -71,10 +78,14 @@ class Classic:
         return f"build driver: {self.name} (DOCKER_BUILDKIT=1 docker build) via {self.client} {self.client_version}"
 
     def command(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
-                provenance: str | None, metadata: str | None) -> list[str]:
-        return [self.client, "build"]  # no builder, cache export or provenance flags: cannot() refused them
+                provenance: str | None, metadata: str | None, gzip_level: int | None = None) -> list[str]:
+        return [self.client, "build"]  # no builder, cache export, provenance or exporter flags: cannot() refused them
 
-    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None) -> str | None:
+    def cannot(self, *, builder: str | None, cache_from: Sequence[str], cache_to: str | None,
+               gzip_level: int | None = None) -> str | None:
+        if gzip_level is not None:
+            return (f"--compression-level needs buildx (an exporter option), but the build driver is {self.name} "
+                    f"({self.client}): install docker-buildx (tools/start-engine.sh) or leave it out")
         if cache_from or cache_to:  # classic `docker build` has no such flags
             return (f"--cache-from/--cache-to need buildx, but the build driver is {self.name} ({self.client}): "
                     "install docker-buildx (tools/start-engine.sh) or leave them out")

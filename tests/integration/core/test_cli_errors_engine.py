@@ -3,7 +3,9 @@
 
 - smoke --image on an engine without the NVIDIA runtime (this machine's): exit 3, before pytest starts;
 - validate of an image that is not a gpuforge image (the bootstrapped base, as a hand-written record): exit 2;
-- the engine SIGKILLed in the middle of a build (a private second dockerd): exit 3, not 4 with an rpc line.
+- the engine SIGKILLed in the middle of a build (a private second dockerd): exit 3, not 4 with an rpc line;
+- `build --compression-level` on a graphdriver engine (this machine's 20.10), which keeps no compressed layers: exit 2,
+  before any step runs (the engine matrix builds with it on the containerd store).
 """
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ def _containerd_pids(root: Path) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def test_a_gzip_level_on_a_graphdriver_engine_is_refused_before_the_build(docker_engine, tmp_path):
+    r = gpuforge("build", "--compression-level", "1", env={"GPUFORGE_STATE_DIR": str(tmp_path / "state"),
+                                                            "GPUFORGE_LOG_DIR": str(tmp_path / "logs")}, timeout=120)
+    line = _one_line(r.stderr)
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr)
+    assert "--compression-level 1 needs an engine with the containerd image store" in line
+    assert "image store overlay2" in line, line
+    assert not (tmp_path / "logs").exists(), "a build step ran"
 
 
 def test_engine_killed_mid_build_is_exit_3_one_line(docker_engine, base_image, tmp_path):

@@ -134,6 +134,38 @@ def test_no_cache_reaches_the_build_command(tmp_path, driver):
     assert "--no-cache" in argv[0] and "--no-cache" not in argv[1]
 
 
+def test_gzip_level_reaches_the_exporter_and_the_zstd_copy_replaces_it(tmp_path):
+    """`--compression-level N` turns buildx's --load into its long form with the exporter's gzip level (the engine
+    matrix builds with it on the containerd store); classic BuildKit has no exporter option and refuses it; push's zstd
+    copy replaces that output with its own, as it replaces --load."""
+    from gpuforge.builder.export import export_argv
+    from gpuforge.plan.matrix import load_matrix
+
+    t = load_matrix().select(None)[0]
+    drv = engine.DRIVERS["buildx"](client="docker", client_version="0.13")
+    leveled, default = (runner.build_argv(drv, t, tmp_path, tmp_path / "iid", runner.BuildOptions(
+        gzip_level=level, records=records.here(), log_dir=tmp_path), {}) for level in (1, None))
+    assert "--load" not in leveled and "--output" in leveled
+    assert leveled[leveled.index("--output") + 1] == "type=docker,compression=gzip,compression-level=1"
+    assert "--load" in default and "--output" not in default
+    for argv in (leveled, default):
+        again = export_argv(argv, "type=image,name=r/x:zstd", tmp_path)
+        assert again[again.index("--output") + 1] == "type=image,name=r/x:zstd" and "--load" not in again
+        assert again.count("--output") == 1
+    classic = engine.DRIVERS["classic"](client="docker", client_version="20.10")
+    assert "--compression-level needs buildx" in classic.cannot(builder=None, cache_from=(), cache_to=None, gzip_level=1)
+    assert classic.cannot(builder=None, cache_from=(), cache_to=None) is None
+
+
+@pytest.mark.parametrize("text", ["10", "-1", "fast", "1.5", ""])
+def test_a_gzip_level_outside_0_to_9_is_refused(text):
+    from gpuforge import options
+
+    with pytest.raises(ValueError, match="is not a gzip level"):
+        options.SETTINGS["compression_level"].check(text)
+    assert options.SETTINGS["compression_level"].check("1") == 1
+
+
 def test_engine_id_comes_from_the_build_metadata():
     """A containerd store names a single-manifest image by its manifest digest; BuildKit's iidfile then
     holds the config digest, which that engine does not know (seen on 26.1.5 with --provenance=false)."""
