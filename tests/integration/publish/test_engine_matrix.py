@@ -16,9 +16,10 @@ Cost: one cold build of the default image on the empty engine, shared by both pr
 build runs every step from this module's engine's cache and only exports), one full validation (the second
 setting is another digest of the same layers and config: the first's signed evidence is reused by content, and
 the reuse is signed onto its digest, which promotion then reads), pushes that reuse the exported blobs, a zstd
-push, and the classic devel build on the cold build's cache (~50 s). Run alone, it also makes the main engine's default
-build, which its cold build is compared with. Every step's seconds are printed, and a table of them at the end
-(docs/ci.md has a run's figures).
+push, and the classic devel build on the cold build's cache (~50 s). The build exports its layers at gzip level 1
+(`--compression-level`), and its torch layer must be larger than the same files gzipped by the run's push on 20.10. Run
+alone, it also makes the main engine's default build and the run's push and signed validation, which it compares with.
+Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
 """
 
 from __future__ import annotations
@@ -233,25 +234,25 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     assert f"{tag}-zstd@{zdigest} (zstd" in out
     # not signed: `validate --attest` signs the gzip digest it validated; promotion moves only that one
     # the cold build above is the run's second full build of this commit, on another engine and BuildKit: the same
-    # packages, every one pinned. Asked last, not as an argument, so that the cold build runs beside the main engine's
-    # default build instead of waiting for it; under the run's state dir, where that worker leaves its result (under
-    # this module's, the fixture would build the default again and record it here)
+    # packages, every one pinned. The main engine's default build and the run's push of it (the same files, gzipped by
+    # 20.10) are asked last, not as arguments, so that the cold build runs beside them instead of waiting; under the
+    # run's state dir, where that worker leaves its results (under this module's, the fixtures would build and push the
+    # default again and record it here)
     frozen = pins.freeze(engine26.client, rec["image_id"])
     assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
-    with monkeypatch.context() as mp:
+    mine = max(layer_sizes(Registry(state_here.auth()), pushed.pinned(digest)))
+    with monkeypatch.context() as mp:  # the run's once-per-run results, and its registry's credentials
         mp.setenv("GPUFORGE_STATE_DIR", run_state)
         main_t, main_rec = request.getfixturevalue("default_build")
+        run_push = request.getfixturevalue("validated")["push"]
+        mp.setenv("GPUFORGE_REGISTRY_USER", USER)
+        mp.setenv("GPUFORGE_REGISTRY_PASSWORD", PASSWORD)
+        theirs = max(layer_sizes(Registry(state_here.auth()), ImageRef.parse(run_push["ref"]).pinned(run_push["digest"])))
     assert main_t.id == t.id
     assert frozen == pins.freeze(request.getfixturevalue("docker_engine"), main_rec["image_id"]), (
         "two builds of one commit installed different packages")
     # the same files, gzipped at level 1 here and at 20.10's own level (Go's default, 6) by the run's push: the level
     # reached the exporter when the torch layer is the larger by more than the spread of two builds' files
-    mine = max(layer_sizes(Registry(state_here.auth()), pushed.pinned(digest)))
-    run = request.getfixturevalue("validated")["push"]
-    with monkeypatch.context() as mp:
-        mp.setenv("GPUFORGE_REGISTRY_USER", USER)
-        mp.setenv("GPUFORGE_REGISTRY_PASSWORD", PASSWORD)
-        theirs = max(layer_sizes(Registry(state_here.auth()), ImageRef.parse(run["ref"]).pinned(run["digest"])))
     print(f"the torch layer gzipped at level {GZIP_LEVEL}: {mine / 1e9:.3f} GB; by 20.10's push: {theirs / 1e9:.3f} GB "
           f"({mine / theirs - 1:+.1%})")
     assert mine > 1.03 * theirs, f"level {GZIP_LEVEL} did not reach the exporter: {mine} bytes against {theirs}"

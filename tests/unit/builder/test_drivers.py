@@ -18,12 +18,16 @@ def test_buildx_takes_builder_cache_provenance_and_metadata():
     assert d.command(builder="remote", cache_from=("a",), cache_to="b", provenance="false", metadata="/m") == [
         "docker", "buildx", "build", "--load", "--builder", "remote", "--cache-from", "a", "--cache-to", "b",
         "--provenance=false", "--metadata-file", "/m"]
-    assert d.writes_metadata and d.cannot(builder="x", cache_from=("a",), cache_to="b") is None
+    assert d.writes_metadata and d.cannot(builder="x", cache_from=("a",), cache_to="b", gzip_level=1) is None
+    # a gzip level is an exporter option: --load in its long form
+    assert d.command(**KW, provenance=None, metadata=None, gzip_level=1) == [
+        "docker", "buildx", "build", "--output", "type=docker,compression=gzip,compression-level=1"]
 
 
 @pytest.mark.parametrize(("given", "words"), [({"cache_to": "type=inline"}, "--cache-from/--cache-to need buildx"),
                                               ({"cache_from": ("r",)}, "--cache-from/--cache-to need buildx"),
-                                              ({"builder": "remote"}, "--builder remote needs buildx")])
+                                              ({"builder": "remote"}, "--builder remote needs buildx"),
+                                              ({"gzip_level": 1}, "--compression-level needs buildx")])
 def test_classic_refuses_what_it_cannot_do(given, words):
     d = drivers.Classic(client="/usr/bin/docker", client_version="20.10.24")
     assert words in d.cannot(**{**KW, **given}) and d.cannot(**KW) is None

@@ -135,9 +135,9 @@ def test_no_cache_reaches_the_build_command(tmp_path, driver):
 
 
 def test_gzip_level_reaches_the_exporter_and_the_zstd_copy_replaces_it(tmp_path):
-    """`--compression-level N` turns buildx's --load into its long form with the exporter's gzip level (the engine
-    matrix builds with it on the containerd store); classic BuildKit has no exporter option and refuses it; push's zstd
-    copy replaces that output with its own, as it replaces --load."""
+    """`--compression-level N` reaches the build command as the exporter's gzip level, in place of --load (the engine
+    matrix builds with it on the containerd store; classic BuildKit refuses it: test_drivers.py); push's zstd copy
+    replaces that output with its own, as it replaces --load."""
     from gpuforge.builder.export import export_argv
     from gpuforge.plan.matrix import load_matrix
 
@@ -152,9 +152,6 @@ def test_gzip_level_reaches_the_exporter_and_the_zstd_copy_replaces_it(tmp_path)
         again = export_argv(argv, "type=image,name=r/x:zstd", tmp_path)
         assert again[again.index("--output") + 1] == "type=image,name=r/x:zstd" and "--load" not in again
         assert again.count("--output") == 1
-    classic = engine.DRIVERS["classic"](client="docker", client_version="20.10")
-    assert "--compression-level needs buildx" in classic.cannot(builder=None, cache_from=(), cache_to=None, gzip_level=1)
-    assert classic.cannot(builder=None, cache_from=(), cache_to=None) is None
 
 
 @pytest.mark.parametrize("text", ["10", "-1", "fast", "1.5", ""])
