@@ -347,8 +347,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="compression_level", flag="--compression-level", commands=_BUILD, env="GPUFORGE_COMPRESSION_LEVEL",
             check=_gzip_level,
             help="gzip level (0-9) of the layers a build exports to a containerd image store, which keeps them and "
-                 "pushes them as they are (default: BuildKit's; gzip at 1 took 2.4x less CPU than at 6 for 6.6 percent "
-                 "more bytes over torch's libraries: docs/cli.md)"),
+                 "pushes them as they are (default: BuildKit's; GNU gzip at 1 took 2.4x less CPU than at 6 for 6.6 "
+                 "percent more bytes over torch's libraries: docs/cli.md)"),
     Setting(name="log_dir", commands=(*_BUILD, "push"), env="GPUFORGE_LOG_DIR", default="reports/build-logs", check=_text,
             help="build logs (and push's zstd re-export logs)"),
     # validate / smoke

@@ -17,6 +17,7 @@ from gpuforge.builder.runner import redact
 from gpuforge.engine import client as engine
 from gpuforge.engine import retry
 from gpuforge.engine.drivers import LOAD
+from gpuforge.errors import StateError
 from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 
@@ -55,6 +56,9 @@ def export_argv(argv: list[str], output: str, tmp: Path) -> list[str]:
             out += [a, str(tmp / a.lstrip("-"))]
         else:
             out.append(a)
+    if output not in out:  # a command gpuforge did not record: running it would load, not push, the copy
+        msg = "the build record's command loads its image neither by --load nor by --output type=docker: rebuild it"
+        raise StateError(msg)
     return out
 
 

@@ -139,6 +139,7 @@ def test_gzip_level_reaches_the_exporter_and_the_zstd_copy_replaces_it(tmp_path)
     matrix builds with it on the containerd store; classic BuildKit refuses it: test_drivers.py); push's zstd copy
     replaces that output with its own, as it replaces --load."""
     from gpuforge.builder.export import export_argv
+    from gpuforge.errors import StateError
     from gpuforge.plan.matrix import load_matrix
 
     t = load_matrix().select(None)[0]
@@ -152,6 +153,8 @@ def test_gzip_level_reaches_the_exporter_and_the_zstd_copy_replaces_it(tmp_path)
         again = export_argv(argv, "type=image,name=r/x:zstd", tmp_path)
         assert again[again.index("--output") + 1] == "type=image,name=r/x:zstd" and "--load" not in again
         assert again.count("--output") == 1
+    with pytest.raises(StateError, match="neither by --load nor by --output type=docker"):  # a state file is input
+        export_argv(["docker", "buildx", "build", "--output", "type=local,dest=x", "."], "type=image,name=r/x:zstd", tmp_path)
 
 
 @pytest.mark.parametrize("text", ["10", "-1", "fast", "1.5", ""])
