@@ -70,23 +70,26 @@ def _bool(value) -> bool:
     raise ValueError(msg)
 
 
-def _gzip_level(value) -> int:
+def _whole(value, low: int, high: int | None = None) -> int | None:
+    """`value` as a whole number from `low` to `high` (None: no top), or None: the numeric settings' one rule."""
     try:
         n = int(value)
     except (TypeError, ValueError):
-        n = -1
-    if not 0 <= n <= 9 or str(value).strip() != str(n):
+        return None
+    return n if low <= n and (high is None or n <= high) else None
+
+
+def _gzip_level(value) -> int:
+    n = _whole(value, 0, 9)
+    if n is None or str(value).strip() != str(n):
         msg = f"{value!r} is not a gzip level (allowed: 0 to 9)"
         raise ValueError(msg)
     return n
 
 
 def _jobs(value) -> int:
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if not 1 <= n <= 256:
+    n = _whole(value, 1, 256)
+    if n is None:
         msg = f"{value!r} is not a number of parallel builds (allowed: 1 to 256)"
         raise ValueError(msg)
     return n
@@ -206,11 +209,8 @@ def _ttl(value) -> Ttl:
 
 
 def _steps(value) -> int:
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if n < 1:
+    n = _whole(value, 1)
+    if n is None:
         msg = f"{value!r} is not a number of steps back (allowed: 1 or more)"
         raise ValueError(msg)
     return n
