@@ -90,6 +90,13 @@ def push(session: nox.Session) -> None:
 
 
 @nox.session(python=PY)
+def pull(session: nox.Session) -> None:
+    """Pull the pushed digests of built targets into the engine (credentials never in a docker config)."""
+    _install(session)
+    session.run("gpuforge", "pull", *session.posargs)
+
+
+@nox.session(python=PY)
 def promote(session: nox.Session) -> None:
     """Promote validated digests: `nox -s promote -- --env dev` (evidence: `nox -s validate -- --attest`)."""
     _install(session)

@@ -56,14 +56,16 @@ def _auth(o):
 
 
 def _signer(o, key: str | None):
-    """Signs with `key` (None: keyless), with the Rekor setting and the registry credentials of this command."""
+    """Signs with `key` (None: keyless) and the registry credentials of this command; the Signer decides the Rekor log
+    once from cosign_tlog: keyless always, a key pair only when GPUFORGE_COSIGN_TLOG=1 asks (attest.tlog_used)."""
     from gpuforge.registry import attest
 
     return attest.Signer(key=key, tlog=o.cosign_tlog, auth=_auth(o))
 
 
 def _verifier_or_none(o):
-    """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given."""
+    """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given. Like the
+    Signer, it decides the Rekor log once (keyless always; a key only when GPUFORGE_COSIGN_TLOG=1 asks)."""
     from gpuforge.registry import attest
 
     return attest.Verifier.of(key=o.verify_key, identity=o.cosign_identity, issuer=o.cosign_issuer,
@@ -157,6 +159,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_build(args) -> int:
+    from gpuforge.builder import aptstate
     from gpuforge.builder import runner as build
 
     m, targets = _targets(args)
@@ -166,6 +169,7 @@ def cmd_build(args) -> int:
         cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
         pypi_url=o.pypi_url, progress=o.progress, provenance=None if o.provenance == "default" else o.provenance,
         records=_records(o), log_dir=Path(o.log_dir), gzip_level=o.compression_level,
+        apt_state=aptstate.pinned(o.apt_state, o.source("apt_state")) if o.apt_state else None,
     )
     if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
         print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "
@@ -236,6 +240,17 @@ def cmd_push(args) -> int:
     return 0
 
 
+def cmd_pull(args) -> int:
+    from gpuforge.publish import pull
+    from gpuforge.registry.client import RegistryAuth
+
+    m, targets = _targets(args)
+    o = options.for_args(args)
+    # the engine pulls: its own configuration decides plain HTTP, so only the credentials are gpuforge's to give
+    pull.pull_targets(targets, records=_records(o), auth=RegistryAuth(user=o.registry_user, password=o.registry_password))
+    return 0
+
+
 def cmd_promote(args) -> int:
     from gpuforge.publish import promote
 
@@ -300,10 +315,11 @@ def cmd_policy(args) -> int:
 
     o = options.for_args(args)
     t = _one_target(args)
+    verifier = _verifier_or_none(o)  # its Rekor decision is the policy's (ctlog); none: policy.write says what to give
     text = policy.write(fmt=o.format, env=o.env, pool=o.pool, pools=tuple(p.name for p in t.pools),
                         max_age_days=o.evidence_ttl.of(o.env), repository=str(t.ref.bare()),
                         output=Path(o.output) if o.output else None, key=o.verify_key,
-                        identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=o.cosign_tlog)
+                        identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=bool(verifier and verifier.tlog))
     if not o.output:
         sys.stdout.write(text)
     return 0
@@ -338,8 +354,8 @@ def cmd_cve_gate(args) -> int:
     cve.gate([Path(p) for p in args.scans], allowlist=Path(o.cve_allowlist) if o.cve_allowlist else None, target=t,
              severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
              db_metadata=Path(o.db_metadata) if o.db_metadata else None, sbom=Path(o.sbom) if o.sbom else None,
-             output=Path(o.output) if o.output else None, sign=o.attest, signer=_signer(o, o.signing_key),
-             digest=o.digest, records=_records(o))
+             output=Path(o.output) if o.output else None, sign=o.attest,
+             signer=_signer(o, o.signing_key) if o.attest else None, digest=o.digest, records=_records(o))
     return 0
 
 
@@ -399,7 +415,8 @@ def cmd_release_notes(args) -> int:
     o = options.for_args(args)
     sys.stdout.write(support.notes_cli(m, targets, fmt=o.format, verifier=_verifier(o),
                                        records=_records(o), digest=o.digest, previous=o.previous,
-                                       output=o.output_dir, sign=o.attest, signer=_signer(o, o.signing_key)))
+                                       output=o.output_dir, sign=o.attest,
+                                       signer=_signer(o, o.signing_key) if o.attest else None))
     return 0
 
 
@@ -484,6 +501,8 @@ def _validation(add) -> None:
 
 def _publishing(add) -> None:
     add("push", cmd_push, "push built targets and record their digests")
+    add("pull", cmd_pull, "pull each target's pushed digest (from its build record) into the engine with gpuforge's "
+        "registry credentials, never written to a docker config; refused unless it is the recorded image")
     add("promote", cmd_promote, "promote validated digests to dev or prod")
     add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
         selectors=False)

@@ -49,6 +49,10 @@ IMAGE_REFERENCE = rf"{_REF_NAME}(?::({TAG}))?(?:@({_DIGEST}))?"  # groups 3 (tag
 PINNED_REFERENCE = rf"{_REF_NAME}(?:(?::{TAG})?@{_DIGEST}|:(?!latest(?!{TAG_CHAR})){TAG})"
 NAME_MAX = 255  # distribution/reference NameTotalLengthMax
 TAG_MAX = 128
+# A build identifier (gpuforge.plan.version.BuildId): the UTC time a build was recorded, ISO 8601's basic format, to
+# the second. Fixed length, sorts as time, and every character is a tag's: `{build}` of matrix.yaml's version_template.
+BUILD_ID = r"[0-9]{8}T[0-9]{6}Z"
+BUILD_ID_LEN = len("20261206T203015Z")
 REFERENCE_CHAR = r"[A-Za-z0-9._:/@+\[\]-]"  # every character IMAGE_REFERENCE can contain
 
 # useradd names (shadow-utils' default NAME_REGEX, 32 characters at most).

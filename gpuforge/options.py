@@ -34,6 +34,7 @@ from gpuforge.grammar import GPU_REQUESTS
 PEM_MARK = b"-----BEGIN CERTIFICATE-----"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_APT_STATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 
 
 # --- checks: value text -> value, or ValueError saying what is allowed --------------------------------
@@ -148,6 +149,13 @@ def _hours(value) -> float:
 def _run_id(value: str) -> str:
     if not _RUN_ID.fullmatch(value):
         msg = f"{value!r} is not a run id (allowed: letters, digits, _ . -, at most 64)"
+        raise ValueError(msg)
+    return value
+
+
+def _apt_state(value: str) -> str:
+    if not _APT_STATE.fullmatch(value):
+        msg = f"{value!r} is not an apt state (allowed: letters, digits, _ . : + -, at most 128, e.g. date:2026-12-07)"
         raise ValueError(msg)
     return value
 
@@ -338,6 +346,10 @@ TABLE: tuple[Setting, ...] = (
             help="override the torch index (a mirror)"),
     Setting(name="pypi_url", flag="--pypi-url", commands=_BUILD, env="GPUFORGE_PYPI_URL", check=_url,
             help="override the PyPI index (a mirror)"),
+    Setting(name="apt_state", flag="--apt-state", commands=_BUILD, env="GPUFORGE_APT_STATE", check=_apt_state,
+            help="key every target's system layer (apt-get update, upgrade, install) by this value; default: the "
+                 "state of the image's apt suites, read from their InRelease files at the start of the build (the "
+                 "layer is rebuilt when they publish other packages), or the UTC date when they cannot be read"),
     Setting(name="progress", flag="--progress", commands=("build", "validate", "smoke", "push", "canary"), env="GPUFORGE_PROGRESS",
             default="auto", choices=("auto", "tty", "plain"), what="a progress style",
             help="tty (a live display), plain (one line per step, for logs), or auto: tty when stdout is a terminal"),
@@ -385,12 +397,12 @@ TABLE: tuple[Setting, ...] = (
             help="push to / promote on this registry HOST[:PORT] instead of matrix.yaml's"),
     Setting(name="compression", flag="--compression", commands=("push",), env="GPUFORGE_COMPRESSION", default="gzip",
             choices=("gzip", "zstd", "both", "soci"), what="a layer compression",
-            help="gzip (every engine pulls it), zstd (Docker 23+; pushed as <tag>-zstd; needs the containerd image "
+            help="gzip (every engine pulls it), zstd (Docker 23+; pushed as <version>-zstd; needs the containerd image "
                  "store), both, or soci (gzip plus a SOCI index for lazy pulling by the SOCI snapshotter; needs root, "
                  "containerd and soci)"),
     Setting(name="replace", flag="--replace", commands=("push", "promote"), action="store_true", default=False,
-            help="move a version tag that names another digest (push: the build tag; promote: <tag>-dev/-prod); "
-                 "recorded"),
+            help="move a version tag that names another digest (push: the build's version tag; promote: its "
+                 "<version>-dev/-prod); recorded"),
     Setting(name="env", flag="--env", commands=("promote", "policy", "canary", *_REGISTRY_READS),
             required_for=("promote", "policy", "canary", "history", "rollback"),
             choices=ENVIRONMENTS, what="a promotion environment", aliases=(("promote", "--to"),),
@@ -429,11 +441,12 @@ TABLE: tuple[Setting, ...] = (
             help="keyless verification: the signer's certificate identity"),
     Setting(name="cosign_issuer", commands=_SIGNED, env="GPUFORGE_COSIGN_ISSUER", check=_text,
             help="keyless verification: its OIDC issuer"),
-    Setting(name="cosign_tlog", commands=_SIGNED, env="GPUFORGE_COSIGN_TLOG", default=False, check=_bool,
-            help="upload to / check the Rekor transparency log"),
-    Setting(name="registry_user", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_USER", check=_text,
+    Setting(name="cosign_tlog", commands=_SIGNED, env="GPUFORGE_COSIGN_TLOG", check=_bool,
+            help="key pairs: 1 also uploads key-signed statements to the public Rekor transparency log and checks "
+                 "them there (unset or 0: neither); keyless signing and verification always use the log, and refuse 0"),
+    Setting(name="registry_user", commands=(*_REGISTRY_USE, "pull"), env="GPUFORGE_REGISTRY_USER", check=_text,
             help="registry user (with the password)"),
-    Setting(name="registry_password", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_PASSWORD",
+    Setting(name="registry_password", commands=(*_REGISTRY_USE, "pull"), env="GPUFORGE_REGISTRY_PASSWORD",
             secret=True,
             help="registry password or token (written to a private auth file, never to a command line)"),
     Setting(name="registry_insecure", commands=_REGISTRY_USE, env="GPUFORGE_REGISTRY_INSECURE", default=False,

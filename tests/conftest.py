@@ -113,6 +113,20 @@ def pytest_configure(config):
         from registries import start_run_registry
 
         config._gpuforge_run_registry = start_run_registry()
+        os.environ.setdefault("GPUFORGE_APT_STATE", _run_apt_state())
+
+
+def _run_apt_state() -> str:
+    """One system-layer key for every build of this run (`gpuforge build` reads GPUFORGE_APT_STATE), resolved once, as
+    a build resolves it, from the default target's apt suites now: builds on several engines, in several workers and
+    clones share BuildKit's cache and one image id even when a suite publishes packages during the run."""
+    import platform
+
+    from gpuforge.builder import aptstate
+    from gpuforge.plan.matrix import load_matrix
+
+    t = load_matrix().select(None)[0]
+    return aptstate.resolve(aptstate.sources(t, aptstate.debian_arch(platform.machine()))).value
 
 
 def pytest_unconfigure(config):

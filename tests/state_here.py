@@ -67,5 +67,10 @@ def promote_kw(sign_key: str | None, key: str | None = None) -> dict:
 
 
 def build_kw(**given) -> dict:
-    """BuildOptions' records and log_dir as the CLI resolves them; `given` (e.g. log_dir=tmp_path) wins."""
-    return {"records": records.here(), "log_dir": log_dir()} | given
+    """BuildOptions' records, log_dir and pinned apt state (GPUFORGE_APT_STATE: tests/conftest.py pins one per run) as
+    the CLI resolves them; `given` (e.g. log_dir=tmp_path) wins."""
+    from gpuforge.builder import aptstate
+
+    pin = options.setting("apt_state")
+    return {"records": records.here(), "log_dir": log_dir(),
+            "apt_state": aptstate.pinned(pin, "GPUFORGE_APT_STATE") if pin else None} | given

@@ -16,7 +16,7 @@ from gpuforge.render import locks
 
 ROOT = Path(__file__).resolve().parent.parent  # tools/ lives in the checkout it lints
 PYTHON = ["gpuforge", "validators", "tests", "tools", "noxfile.py", "images/context", "images/programs"]
-SHELL = ["images/context/entrypoint.sh", "tools/start-engine.sh", ".ci/run"]
+SHELL = ["images/context/entrypoint.sh", "tools/start-engine.sh", "tools/runner-setup.sh", ".ci/run"]
 
 
 def _run(argv: list[str]) -> bool:

@@ -29,7 +29,7 @@ need=()
 # PATH, and with Go's slower gzip otherwise.
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \
            openssl:openssl ssh:openssh-client ssh-keygen:openssh-client jq:jq chromium:chromium chromedriver:chromium-driver \
-           prometheus:prometheus promtool:prometheus nginx:nginx-light unpigz:pigz; do
+           prometheus:prometheus promtool:prometheus nginx:nginx-light unpigz:pigz gh:gh; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it

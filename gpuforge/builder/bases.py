@@ -1,7 +1,8 @@
 """Base images: bootstrapped from a Debian mirror (debootstrap -> docker import), or pulled.
 
-A bootstrapped base is built once and reused while its recipe (suite, mirror, variant) is
-unchanged: the recipe's hash is in the tag and in a label, checked before reuse.
+A bootstrapped base is built once and reused while its recipe (suite, mirrors, variant, rootfs shape) is
+unchanged: the recipe's hash is in the tag and in a label, checked before reuse. Its apt sources name the suite,
+`<suite>-updates` and `<suite>-security` (aptstate.debian_suites), whose updates each image's system layer applies.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import docker.errors
 
+from gpuforge.builder import aptstate
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
 from gpuforge.plan.matrix import Target
@@ -25,6 +27,12 @@ RECIPE_LABEL = "io.gpuforge.base-recipe"
 
 def recipe_hash(boot: dict) -> str:
     return hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()
+
+
+def apt_sources(boot: dict) -> str:
+    """/etc/apt/sources.list of a bootstrapped base (debootstrap writes the suite alone)."""
+    suites = aptstate.debian_suites(boot["suite"], boot["mirror"], boot["security_mirror"])
+    return "".join(f"{s.source_line()}\n" for s in suites)
 
 
 # What no one runs in a container (matrix.BOOTSTRAP_ROOTFS 2): docs, man pages, translations. Copyright
@@ -97,6 +105,7 @@ def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
             for p in (root / junk).glob("*"):
                 if p.is_file():
                     p.unlink()
+        (root / "etc/apt/sources.list").write_text(apt_sources(boot))
         slim_rootfs(root)
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:

@@ -26,13 +26,15 @@ from rich.live import Live
 from rich.table import Table
 
 from gpuforge import options, paths
-from gpuforge.builder import archcheck, bases, sizecheck
+from gpuforge.builder import aptstate, archcheck, bases, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target
+from gpuforge.plan.version import BuildId
 from gpuforge.render import dockerfile as render
 from gpuforge.render.labels import build_labels
 from gpuforge.state import files, records
+from gpuforge.state.models import BuildRecord
 from gpuforge.state.records import Records
 
 _CREDS = re.compile(r"(//)[^/@\s]+@")
@@ -67,6 +69,7 @@ class BuildOptions:
     context_root: Path | None = None  # another copy of the project context (tests, benchmarks): render.copy_context
     provenance: str | None = None  # buildx --provenance (None: BuildKit's default; "false": none)
     gzip_level: int | None = None  # the exported layers' gzip level (None: BuildKit's); a containerd store keeps them
+    apt_state: aptstate.AptState | None = None  # the system layer's key for every target (None: resolved per os)
 
 
 @dataclass(kw_only=True)
@@ -153,7 +156,7 @@ def source_url(root: Path | None = None, hops: int = 3) -> str | None:
 
 
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
-               labels: dict[str, str], metadata: Path | None = None) -> list[str]:
+               labels: dict[str, str], metadata: Path | None = None, *, apt: aptstate.AptState | None = None) -> list[str]:
     argv = driver.command(builder=opts.builder, cache_from=opts.cache_from, cache_to=opts.cache_to,
                           provenance=opts.provenance, metadata=str(metadata) if metadata else None,
                           gzip_level=opts.gzip_level)
@@ -168,6 +171,8 @@ def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts
         argv += ["--build-arg", f"TORCH_INDEX_URL={opts.index_url}"]
     if opts.pypi_url:
         argv += ["--build-arg", f"PYPI_URL={opts.pypi_url}"]
+    if apt:  # the system layer's key (aptstate): rebuilt when the image's apt suites publish other packages
+        argv += ["--build-arg", f"{aptstate.BUILD_ARG}={apt.value}"]
     return [*argv, str(root)]  # one context for every target: the project root, whitelisted by .dockerignore
 
 
@@ -208,8 +213,9 @@ class _Runner:
     """Runs builds, tracks child processes so Ctrl-C or a failure (without --keep-going) stops them."""
 
     def __init__(self, driver: engine.Driver, opts: BuildOptions, results: dict[str, Result], plain: bool,
-                 info: engine.EngineInfo):
+                 info: engine.EngineInfo, apt: dict[str, aptstate.AptState]):
         self.driver, self.opts, self.results, self.plain = driver, opts, results, plain
+        self.apt = apt  # target id -> the system layer's key, resolved once for this run
         # one value each for every target of this run
         self.revision, self.created, self.source = git_revision(), created_time(), source_url()
         self.engine = info
@@ -238,8 +244,8 @@ class _Runner:
             iid, meta = Path(tmp) / "iid", Path(tmp) / "metadata.json"
             labels = build_labels(revision=self.revision, created=self.created, source=self.source, recipe=recipe)
             argv = build_argv(self.driver, t, root, iid, self.opts, labels,
-                              meta if self.driver.writes_metadata else None)
-            rc = self._stream(t, argv, r)
+                              meta if self.driver.writes_metadata else None, apt=self.apt[t.id])
+            rc = self._stream(t, argv, r, note=self.apt[t.id].line(t.os))
             r.seconds = time.monotonic() - start
             if rc != 0 or not iid.exists():
                 r.state = "failed"
@@ -276,9 +282,12 @@ class _Runner:
             self.kill_all()
         return r
 
-    def _stream(self, t: Target, argv: list[str], r: Result) -> int:
-        """Run BuildKit, each output line redacted into the log (line-buffered: tail it live) and, plain, on stdout."""
+    def _stream(self, t: Target, argv: list[str], r: Result, note: str = "") -> int:
+        """Run BuildKit, each output line redacted into the log (line-buffered: tail it live) and, plain, on stdout;
+        `note` first, in the log only (what the build arguments stand for)."""
         with files.open_log(r.log) as log:
+            if note:
+                log.write(redact(note) + "\n")
             shown = redact("+ " + " ".join(argv))
             log.write(shown + "\n")
             if self.plain:
@@ -308,12 +317,14 @@ class _Runner:
             before = self.opts.records.build(t.id)
             # another image has no report or push yet: the old one's must not carry over (the same image keeps them)
             stale = {} if before and before.image_id == image_id else dict.fromkeys(records.IMAGE_FACTS)
+            now = dt.datetime.now(dt.UTC)
+            build = build_id(before, image_id, now)
             self.opts.records.update_build(
                 t.id, image_id=image_id, tags=list(t.tags), size=size, seconds=round(r.seconds, 1),
                 driver=self.driver.name, client=self.driver.client, log=str(r.log), recipe=recipe,
                 extra_ca=self.opts.extra_ca, revision=self.revision, engine=self.engine.version,
                 image_store=self.engine.store, image_index=index, argv=argv,
-                built_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **stale)
+                built_at=now.isoformat(timespec="seconds"), build=str(build), version=t.version(build), **stale)
         except StateError as e:
             r.state, r.error = "failed", f"built {image_id[:19]} but could not record it, so no tag moved: {e}"
             self.state_errors.append(e)
@@ -346,7 +357,17 @@ class _Runner:
         r.ok, r.state, r.image_id, r.size = True, "built", image_id, size
         # which engine and store made it, and whether BuildKit's index (with attestations) is the image
         print(f"gpuforge: built {t.id} = {image_id} on {self.engine.describe()}"
-              f"{', an image index (provenance attestation attached)' if index else ''}", flush=True)
+              f"{', an image index (provenance attestation attached)' if index else ''}; version {t.version(build)} "
+              f"(what `gpuforge push` pushes)", flush=True)
+
+
+def build_id(before: BuildRecord | None, image_id: str, now: dt.datetime) -> BuildId:
+    """The identifier of the build just made: the one its record already has when the build made the same image again
+    (its version tag names these very bytes, maybe pushed and validated already), else `now`'s: another image, another
+    version tag, so a pipeline pushes every build without moving one."""
+    if before and before.image_id == image_id and before.build:
+        return BuildId.parse(before.build)
+    return BuildId.at_time(now)
 
 
 def _image_of(c, ref: str) -> str | None:
@@ -368,6 +389,16 @@ def _table(results: dict[str, Result]) -> Table:
     return table
 
 
+def _prepare(targets: list[Target], opts: BuildOptions, info: engine.EngineInfo) -> dict[str, aptstate.AptState]:
+    """Each base in the engine, then each target's system-layer key (aptstate.for_targets): target id -> state."""
+    seen: set[str] = set()
+    for t in targets:
+        if t.base_image not in seen:
+            seen.add(t.base_image)
+            bases.ensure_base(t)
+    return aptstate.for_targets(targets, aptstate.debian_arch(info.arch), pinned=opts.apt_state)
+
+
 def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if opts.context_root is None:
         render.check(targets, all_targets=False)
@@ -386,14 +417,10 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     why = driver.cannot(builder=opts.builder, cache_from=(), cache_to=None)
     if why:
         raise ConfigError(why)
-    seen: set[str] = set()
-    for t in targets:
-        if t.base_image not in seen:
-            seen.add(t.base_image)
-            bases.ensure_base(t)
+    apt = _prepare(targets, opts, info)
     plain = opts.progress == "plain" or (opts.progress == "auto" and not sys.stdout.isatty())
     results = {t.id: Result(target=t) for t in targets}
-    runner = _Runner(driver, opts, results, plain, info)
+    runner = _Runner(driver, opts, results, plain, info, apt)
     pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs))
     try:
         futures = [pool.submit(runner.build, t) for t in targets]

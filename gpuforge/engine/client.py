@@ -130,6 +130,7 @@ def choose_driver(preferred_client: str | None = None, want: str = "auto") -> Dr
 class EngineInfo:
     version: str
     store: str  # the image store: a graphdriver name (overlay2) or "containerd/<snapshotter>"
+    arch: str = ""  # the engine's machine (`docker info` Architecture: x86_64, aarch64); "" when it did not say
 
     @property
     def containerd_store(self) -> bool:
@@ -147,7 +148,7 @@ def engine_info() -> EngineInfo:
     status = dict(tuple(p) for p in info.get("DriverStatus") or [] if len(p) == 2)
     driver = str(info.get("Driver", "unknown"))
     store = f"containerd/{driver}" if status.get("driver-type") == "io.containerd.snapshotter.v1" else driver
-    return EngineInfo(version=str(info.get("ServerVersion", "unknown")), store=store)
+    return EngineInfo(version=str(info.get("ServerVersion", "unknown")), store=store, arch=str(info.get("Architecture") or ""))
 
 
 def built_image_id(iid: str, metadata: dict | None) -> str:

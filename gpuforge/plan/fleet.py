@@ -124,9 +124,19 @@ def assign(spec, targets: list, problems) -> list:
     return out
 
 
+# Where a target's GPU validation runs when matrix.yaml declares no fleet: any GPU runner registered with these labels
+# (docs/ci.md), so every pushed digest still gets a GPU run before prod.
+ANY_GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
+
+
 def gpu_matrix(targets: list) -> list[dict]:
-    """One row per (target, pool) for the workflow's GPU validation job: `runs-on` the pool's labels."""
-    return [{"id": t.id, "tag": t.tag, **p.as_dict()} for t in targets for p in t.pools]
+    """One row per (target, pool) for the workflow's GPU validation job: `runs-on` the pool's labels; a target no pool
+    validates (matrix.yaml declares no fleet, or its pools all exclude it) gets one row on ANY_GPU_RUNNER, pool "any"."""
+    rows = []
+    for t in targets:
+        rows += [{"id": t.id, "tag": t.tag, **p.as_dict()} for p in t.pools] or \
+            [{"id": t.id, "tag": t.tag, "pool": "any", "runs_on": list(ANY_GPU_RUNNER), "gpus": 1}]
+    return rows
 
 
 def pools_of(m) -> list[Pool]:

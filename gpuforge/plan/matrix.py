@@ -25,18 +25,21 @@ from gpuforge.plan import fleet, selectors
 from gpuforge.plan.schema import AXES, ENVS, SETTING_KEYS, MatrixFile, Settings, parse, report
 from gpuforge.plan.schema import field as field_name
 from gpuforge.plan.target import ImageRef, Target, target_id
+from gpuforge.plan.version import SAMPLE
 from gpuforge.plan.yamlpos import Positioned, load
 
 __all__ = ["DEFAULT_MATRIX", "ImageRef", "Matrix", "Target", "load_matrix", "target_id"]  # Target lives in plan.target
 
 DEFAULT_MATRIX = Path("matrix.yaml")
 MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is expanded
-_ENV_SUFFIX = max(len(f"-{e}") for e in ENVS)  # promote tags each target `{tag}-{env}`
+# promote tags each target `{tag}-{env}` and each build `{version}-{env}`; push --compression zstd `{version}-zstd`
+_ENV_SUFFIX = max(len(f"-{e}") for e in (*ENVS, "zstd"))
 
 
 # How gpuforge.builder.bases shapes a bootstrapped root file system; part of the base's recipe (a change
-# gives a new base tag). 2: without docs, man pages and translations (copyright files kept).
-BOOTSTRAP_ROOTFS = 2
+# gives a new base tag). 2: without docs, man pages and translations (copyright files kept). 3: apt sources name
+# <suite>-updates and <suite>-security too, so each image's system layer applies their updates.
+BOOTSTRAP_ROOTFS = 3
 
 
 def bootstrap_tag(os_name: str, boot: dict) -> str:
@@ -377,14 +380,21 @@ class _Targets:
         base_image, boot = _base_for(spec, row, problems, tid)
         fmt = {**axes, "id": tid, "cuda_tag": compat.cuda_variant_name(axes["cuda"])}
         tag = spec.tag_template.format(**fmt)
+        version = spec.version_template.format(**fmt, tag=tag, build="{build}")  # {build}: filled when it is built
         try:
             grammar.tag(tag, room=_ENV_SUFFIX)
         except ValueError as e:
             problems.add(("tag_template",), f"renders {e}", tid, key="renders")
+        else:  # a tag too long already said so; its version would only repeat it
+            try:
+                grammar.tag(version.format(build=SAMPLE), room=_ENV_SUFFIX)
+            except ValueError as e:
+                problems.add(("version_template",), f"renders {e} (with a build identifier of {grammar.BUILD_ID_LEN} "
+                                                    "characters)", tid, key="renders")
         return Target(
             id=tid, **axes, base_image=base_image, bootstrap=boot, settings=settings, variant=variant,
-            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), aliases=self._aliases(settings, source, fmt, tid),
-            registry=spec.registry, repository=spec.repository,
+            tags=(str(ImageRef(spec.registry, spec.repository, tag)),), version_template=version,
+            aliases=self._aliases(settings, source, fmt, tid), registry=spec.registry, repository=spec.repository,
         )
 
     def _variant(self, settings, source: dict, key: tuple, tid: str) -> compat.Variant | None:
@@ -433,7 +443,8 @@ def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tupl
 
 
 def _check_unique_tags(targets: list[Target], problems: Problems) -> None:
-    """Every tag names one target: build tags, aliases, and the `{tag}-{env}` tags promotion adds."""
+    """Every tag names one target: the targets' tags, aliases, the `{tag}-{env}` tags promotion adds, and the version
+    tags of builds made in the same second (and their `{version}-{env}`), which nothing else may name either."""
     owner: dict[str, str] = {}
     for t in targets:
         names = [t.tag, *(f"{t.tag}-{e}" for e in ENVS), *(a for lst in t.aliases.values() for a in lst)]
@@ -441,3 +452,12 @@ def _check_unique_tags(targets: list[Target], problems: Problems) -> None:
             if owner.setdefault(n, t.id) != t.id:
                 problems.add(("tag_template",), f"tag {n!r} would name both {owner[n]} and {t.id}; make "
                                                 "tag_template/aliases include the axes that differ")
+    for t in targets:
+        version = t.version(SAMPLE)
+        for n in (version, *(f"{version}-{e}" for e in ENVS)):
+            if owner.setdefault(n, t.id) != t.id:
+                shown = n.replace(str(SAMPLE), "{build}")
+                problems.add(("version_template",), f"version tag {shown!r} would name both {owner[n]} and {t.id} "
+                                                    "(built in the same second); make version_template include {tag} "
+                                                    "(or the axes that differ)", t.id, key="collides")
+                break

@@ -20,8 +20,10 @@ SOURCES = ("cuda-base", "wheels")
 ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --env)
 # How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
 # --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
-# What tag_template and aliases may name ({env} only in aliases), and what cuda_base_image may name.
+# What tag_template and aliases may name ({env} only in aliases), what version_template may name (it must name
+# {build}: gpuforge.plan.version), and what cuda_base_image may name.
 TAG_FIELDS = (*AXES, "id", "cuda_tag")
+VERSION_FIELDS = (*TAG_FIELDS, "tag", "build")
 CUDA_BASE_FIELDS = ("cuda_full", "cudnn_tag", "flavor", "os")
 MAX_ERRORS = 40  # lines of one report; the rest are counted
 
@@ -42,6 +44,14 @@ def _budget(v: float) -> float:
     return v
 
 
+def _tag_template(template: str) -> str:
+    if "{build}" in template:
+        msg = (f"tag_template {template!r}: {{build}} names one build, and the target's tag is shared by its builds "
+               "(the local engine tag, the stem of `<tag>-dev`); put it in version_template (default {tag}-{build})")
+        raise ValueError(msg)
+    return grammar.placeholders(template, TAG_FIELDS, what="tag_template", required=())
+
+
 def _alias(template: str) -> str:
     return grammar.placeholders(template, (*TAG_FIELDS, "env"), what="alias")
 
@@ -58,11 +68,15 @@ Url = _text(grammar.url, grammar.URL, _URL_ABOUT)
 
 
 class Bootstrap(BaseModel):
-    """A base made from a Debian mirror with debootstrap (airgapped sites use their own mirror)."""
+    """A base made from a Debian mirror with debootstrap (airgapped sites use their own mirrors). Its apt sources
+    name the suite and `<suite>-updates` on `mirror`, and `<suite>-security` on `security_mirror`."""
 
     model_config = _strict
     suite: str = Field(description="the os's own Debian codename (e.g. bookworm for debian12)")
     mirror: _text(lambda v: grammar.url(v, what="a mirror URL"), grammar.URL, _URL_ABOUT) = "http://deb.debian.org/debian"
+    security_mirror: _text(lambda v: grammar.url(v, what="a security mirror URL"), grammar.URL,
+                           f"{_URL_ABOUT}; serves <suite>-security (Debian's: http://deb.debian.org/debian-security)") \
+        = "http://deb.debian.org/debian-security"
     variant: Literal["minbase", "buildd"] = "minbase"
 
 
@@ -191,9 +205,16 @@ class MatrixFile(BaseModel):
     registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme (a dot, localhost, or a port)") = "127.0.0.1:5000"
     repository: _text(grammar.repository, grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
                       maxLength=grammar.NAME_MAX) = "gpuforge/pytorch"
-    tag_template: _text(lambda v: grammar.placeholders(v, TAG_FIELDS, what="tag_template", required=()),
+    tag_template: _text(_tag_template,
                         grammar.template(TAG_FIELDS),
+                        "the target's tag, shared by its builds (the local engine tag, the stem of the environment tags); "
                         f"must render to a valid tag of at most {grammar.TAG_MAX} characters, less promotion suffixes") = "{id}"
+    version_template: _text(lambda v: grammar.placeholders(v, VERSION_FIELDS, what="version_template",
+                                                           required=("build",)),
+                            grammar.template(VERSION_FIELDS, required=("build",)),
+                            "the version tag of one build, which never moves; must contain {build} (the build's UTC "
+                            "time, e.g. 20261206T203015Z) and render to a valid tag of at most "
+                            f"{grammar.TAG_MAX} characters, less promotion suffixes") = "{tag}-{build}"
     cuda_base_image: _text(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
                                                           required=("cuda_full",)),
                            grammar.template(CUDA_BASE_FIELDS, first=r"[A-Za-z0-9\[]", char=grammar.REFERENCE_CHAR,

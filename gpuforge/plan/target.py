@@ -11,6 +11,7 @@ from gpuforge import grammar
 from gpuforge.image import compat
 from gpuforge.image.expected import Expected
 from gpuforge.plan.schema import AXES, Settings
+from gpuforge.plan.version import BuildId
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,11 @@ class Target:
     flavor: str
     source: str
     base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
-    bootstrap: dict | None  # {suite, mirror, variant} when the base is bootstrapped
+    bootstrap: dict | None  # {suite, mirror, security_mirror, variant, rootfs} when the base is bootstrapped
     settings: Settings = field(hash=False, compare=False)
     variant: compat.Variant = field(hash=False, compare=False)
-    tags: tuple[str, ...]  # full references: registry/repository:tag
+    tags: tuple[str, ...]  # full references: registry/repository:tag (the target's tag, shared by its builds)
+    version_template: str = field(hash=False, compare=False)  # the version tag with {build} left to fill
     aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
     registry: str
     repository: str
@@ -91,7 +93,7 @@ class Target:
 
     @property
     def ref(self) -> ImageRef:
-        """The build tag, parsed: registry, repository, tag."""
+        """The target's tag, parsed: registry, repository, tag (shared by its builds; each build's own is version_ref)."""
         return ImageRef.parse(self.tags[0])
 
     def on(self, registry: str | None) -> Target:
@@ -101,6 +103,14 @@ class Target:
             return self
         refs = [ImageRef.parse(tag).on(registry) for tag in self.tags]
         return replace(self, tags=tuple(map(str, refs)), registry=refs[0].registry)
+
+    def version(self, build: BuildId) -> str:
+        """The version tag of `build` (matrix.yaml's version_template, e.g. pt271-…-wheels-20261206T203015Z)."""
+        return self.version_template.format(build=build)
+
+    def version_ref(self, version: str) -> ImageRef:
+        """The build pushed under its version tag, in this target's repository (and its --registry)."""
+        return self.ref.with_tag(version)
 
     @property
     def image_name(self) -> str:

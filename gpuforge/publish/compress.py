@@ -1,6 +1,6 @@
-"""zstd layers (#21): the validated image pushed a second time as `<tag>-zstd`, its layers zstd-compressed
-(OCI media types), for engines that pull zstd (Docker 23+, containerd 1.5+); `<tag>` stays gzip for the
-rest (Docker 20.10 cannot pull zstd). Two tags, not one index with both: an index offering the same
+"""zstd layers (#21): the validated image pushed a second time as `<version>-zstd` (its build's version tag, then
+-zstd), its layers zstd-compressed (OCI media types), for engines that pull zstd (Docker 23+, containerd 1.5+);
+`<version>` stays gzip for the rest (Docker 20.10 cannot pull zstd). Two tags, not one index with both: an index offering the same
 platform twice lets each client pick the first entry, so an old engine could pick zstd and fail.
 
 How: the build stage runs the recorded buildx build again (gpuforge.builder.export; every step from BuildKit's
@@ -10,12 +10,12 @@ export images with a chosen compression: the docker driver on an engine with the
 (`gpuforge build --builder`). The docker driver on a graphdriver engine (20.10's overlay2) exports only
 `--load`; gpuforge refuses there with one line, before pushing anything.
 
-What is checked after the push: every layer of `<tag>-zstd` is zstd, and its image config has the same
+What is checked after the push: every layer of `<version>-zstd` is zstd, and its image config has the same
 layers (rootfs.diff_ids: digests of the uncompressed layers) and the same runtime config as the validated
 image in the engine: the same files and settings, compressed otherwise.
 
-`gzip` pushes `<tag>`, `zstd` pushes `<tag>-zstd` only, `both` pushes both, `soci` pushes `<tag>` and a SOCI index of
-it for lazy pulling (gpuforge.publish.soci). Promotion moves the gzip
+`gzip` pushes `<version>`, `zstd` pushes `<version>-zstd` only, `both` pushes both, `soci` pushes `<version>` and a
+SOCI index of it for lazy pulling (gpuforge.publish.soci). Promotion moves the gzip
 digest, the one `validate --attest` signs; the zstd copy is not signed.
 """
 
@@ -66,12 +66,12 @@ def _same_content(local: dict, zs: dict) -> str | None:
 
 
 def zstd_ref(ref: ImageRef) -> ImageRef:
-    """Where the zstd copy of a build tag goes: the same repository, tag + ZSTD_SUFFIX."""
+    """Where the zstd copy of a build's version tag goes: the same repository, version tag + ZSTD_SUFFIX."""
     return ref.with_tag(f"{ref.tag}{ZSTD_SUFFIX}")
 
 
 def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, auth: RegistryAuth) -> str:
-    """Push the recorded build as the build tag's -zstd copy; returns its digest (checked as described above)."""
+    """Push the recorded build as its version tag's -zstd copy; returns its digest (checked as described above)."""
     zref = zstd_ref(build_ref)
     ref = str(zref)
     log = log_dir / f"{tid}{ZSTD_SUFFIX}.log"

@@ -85,7 +85,8 @@ def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlo
         msg = ("the policy names who signed the evidence: give --key cosign.pub (or GPUFORGE_COSIGN_PUBLIC_KEY), or "
                "GPUFORGE_COSIGN_IDENTITY and GPUFORGE_COSIGN_ISSUER")
         raise ConfigError(msg)
-    if tlog:  # statements in the Rekor log (GPUFORGE_COSIGN_TLOG=1): policy-controller checks their entries there
+    if tlog:  # statements in the Rekor log (keyless, or a key pair with GPUFORGE_COSIGN_TLOG=1): policy-controller
+        # checks their entries there
         auth["ctlog"] = {"url": "https://rekor.sigstore.dev"}
     return auth
 

@@ -1,10 +1,13 @@
-"""Push built targets; promote exactly the validated bytes, by digest, from the build tag to dev and
-prod (skopeo copies by digest), as a recorded transaction (gpuforge.publish.transaction).
+"""Push built targets under their version tags; promote exactly the validated bytes, by digest, from the version
+tag to dev and prod (skopeo copies by digest), as a recorded transaction (gpuforge.publish.transaction).
+
+Every build has its own version tag (its record's `version`, gpuforge.plan.version): push pushes it, and it never
+moves without --replace, so each build of a pipeline is pushed without touching the ones before it.
 
 A promotion is planned for every selected target before any tag is written. It is refused (and no
 tag moves) unless:
-  - the target was pushed, the registry still holds that digest, and the build tag still points at it;
-    for prod, the dev tag does;
+  - the target was pushed, the registry still holds that digest, and its version tag still points at it;
+    for prod, the build's dev version tag (`<version>-dev`) does: it went through dev;
   - the registry holds validation statements on that digest signed by the expected key or identity
     (made by `gpuforge validate --attest`, in the validating run), and the NEWEST of them in registry
     order is complete evidence for this image (gpuforge.validate.evidence), made by this validator set:
@@ -12,15 +15,18 @@ tag moves) unless:
     digests) is read: a checkout edit cannot stand in for a signed run;
   - prod: the newest signed GPU validation statement is green too, unless --allow-no-gpu (a warning,
     recorded in the promotion record and history);
-  - the environment's version tag (`<tag>-dev`, `<tag>-prod`) is absent or already at this digest, or
-    --replace (recorded) is given. Moving aliases (`latest`, `latest-dev`) follow promotions.
+  - the build's environment version tag (`<version>-dev`, `<version>-prod`) is absent or already at this digest, or
+    --replace (recorded) is given. The environment's tags (`<tag>-dev`, `<tag>-prod`, the matrix's aliases such as
+    `latest`) name no build: they follow promotions and rollbacks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker.errors
@@ -28,7 +34,7 @@ import docker.errors
 from gpuforge.engine import client as engine
 from gpuforge.engine import progress as engine_progress
 from gpuforge.engine import retry
-from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
+from gpuforge.errors import ConfigError, PromotionRefused, RegistryError, StateError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import compress, history, prod, soci, transaction
 from gpuforge.registry import attest
@@ -46,15 +52,26 @@ def pushed_digest(status: str, tag: str) -> str | None:
     return m.group(1) if m else None
 
 
+def pushed_version(t: Target, rec: BuildRecord) -> ImageRef:
+    """The build's version tag in the target's repository (and --registry): what push pushes, validate signs onto and
+    promote names. A record written before builds had version tags names none: refused, saying how to get one."""
+    if not rec.version:
+        msg = (f"{t.id}: its build record names no version tag (built by an earlier gpuforge); run `gpuforge build "
+               f"{t.id}` again (the cache makes it quick), then push it")
+        raise StateError(msg)
+    return t.version_ref(rec.version)
+
+
 def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth, log_dir: Path,
                  replace: bool = False, compression: str = "gzip",
                  progress: str = "auto") -> list[dict]:
-    """Push each target's recorded build to its build tag (gzip, and/or a zstd copy whose build logs go to log_dir;
-    soci: gzip and a SOCI index of it, whose work folder and log are in log_dir)."""
+    """Push each target's recorded build under its version tag (gzip, and/or a zstd copy `<version>-zstd` whose build
+    logs go to log_dir; soci: gzip and a SOCI index of it, whose work folder and log are in log_dir)."""
     compress.check(compression)
     c = engine.client()
     info = engine.engine_info()
     recs = {t.id: records.require_build(t.id) for t in targets}
+    refs = {t.id: pushed_version(t, recs[t.id]) for t in targets}  # every refusal before the first push
     if compression == "soci" and (why := soci.refusal()):  # refused before anything moves
         raise ConfigError(why)
     if compression in ("zstd", "both"):
@@ -64,14 +81,13 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
                 raise ConfigError(msg)
     out = []
     for t in targets:
-        rec = recs[t.id]
-        ref = t.ref
+        rec, ref = recs[t.id], refs[t.id]
         try:
             img = c.images.get(rec.image_id)
         except docker.errors.ImageNotFound:
             msg = f"{t.id}: the built image {rec.image_id[:19]} is gone; rebuild it"
             raise RegistryError(msg) from None
-        replaced = _build_tag_move(t, ref, rec, Registry(auth), replace=replace)
+        replaced = _version_tag_move(t, ref, rec, Registry(auth), replace=replace)
         res = {"target": t.id, "ref": str(ref)}
         if compression in ("zstd", "both"):
             zdigest = compress.push_zstd(t.id, rec, ref, log_dir, auth)
@@ -99,9 +115,9 @@ def push_targets(targets: list[Target], *, records: Records, auth: RegistryAuth,
     return out
 
 
-def _build_tag_move(t: Target, ref: ImageRef, rec: BuildRecord, reg: Registry, *, replace: bool) -> dict | None:
-    """The build tag is a version tag: it names one image. When the registry holds another image there, refuse,
-    or (--replace) return what is moved off, to record."""
+def _version_tag_move(t: Target, ref: ImageRef, rec: BuildRecord, reg: Registry, *, replace: bool) -> dict | None:
+    """The version tag names one image. When the registry holds another image there (the same build identifier pushed
+    with other bytes), refuse, or (--replace) return what is moved off, to record."""
     held = reg.manifest(ref)
     if held is None or held.holds(rec.image_id):
         return None
@@ -110,17 +126,25 @@ def _build_tag_move(t: Target, ref: ImageRef, rec: BuildRecord, reg: Registry, *
         msg = (f"{t.id}: {repo}:{tag} already holds {held.digest} (image {str(held.config_digest or 'an index')[:19]}), not "
                f"image {rec.image_id[:19]}; version tags are immutable: pass --replace to move it (recorded)")
         raise PromotionRefused(msg)
-    print(f"gpuforge: --replace: moving build tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
+    print(f"gpuforge: --replace: moving version tag {repo}:{tag} off {held.digest}", file=sys.stderr, flush=True)
     return {"tag": tag, "from": held.digest, "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, progress: str) -> str:
-    """Push the image through the engine as `ref`; returns the digest, checked to be this very image on the registry."""
-    img.tag(ref.name, ref.tag)
+    """Push the image through the engine as `ref`; returns the digest, checked to be this very image on the registry.
+    The engine pushes a tag it holds, so `ref` is tagged for the push and untagged after it: kept, every version
+    would keep its image on the engine after the next build moved the target's tag on."""
     creds = credentials(ref.registry, auth)
     engine_auth = {"username": creds[0], "password": creds[1]} if creds else None
     print(f"gpuforge: pushing {ref} ({rec.image_id[:19]})", flush=True)
-    digest = retry.pushed(lambda: _engine_push(c, ref, engine_auth, progress), f"push of {ref}")
+    held = _image_at(c, ref)
+    img.tag(ref.name, ref.tag)
+    try:
+        digest = retry.pushed(lambda: _engine_push(c, ref, engine_auth, progress), f"push of {ref}")
+    finally:
+        if held is None:
+            with contextlib.suppress(docker.errors.APIError):
+                c.images.remove(str(ref), noprune=True)
     if not digest:
         msg = f"push of {ref} reported no digest"
         raise RegistryError(msg)
@@ -129,6 +153,13 @@ def _push_gzip(c, img, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth, prog
         msg = f"{ref}: the registry's {digest} is not image {rec.image_id[:19]}"
         raise RegistryError(msg)
     return digest
+
+
+def _image_at(c, ref: ImageRef) -> str | None:
+    try:
+        return c.images.get(str(ref)).id
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def _engine_push(c, ref: ImageRef, engine_auth: dict | None, progress: str) -> str | None:
@@ -232,24 +263,31 @@ def too_old(ev: Evidence, max_age_days: float, now: dt.datetime | None = None) -
     return None
 
 
-def env_tags(t: Target, tag: str, env: str) -> list[str]:
-    """The environment's version tag first, then its moving aliases."""
-    return list(dict.fromkeys([f"{tag}-{env}", *t.aliases.get(env, ())]))
+@dataclass(frozen=True, kw_only=True)
+class EnvTags:
+    """The tags a promotion of one build to one environment points at its digest."""
+
+    version: tuple[str, ...]  # `<version>-<env>`: this build was promoted there; names it for good (--replace aside)
+    moving: tuple[str, ...]  # `<tag>-<env>` first, then the matrix's aliases: what the environment holds now
+
+    def all(self) -> list[str]:
+        return list(dict.fromkeys([*self.version, *self.moving]))
 
 
-def moving_alias(tag: str) -> bool:
-    """`latest`, `latest-dev`, ...: aliases that follow promotions. Every other tag names one image for good."""
-    return tag == "latest" or tag.startswith("latest-")
+def env_tags(t: Target, env: str, version: str | None = None) -> EnvTags:
+    """The environment's tags for target `t`; with `version` (a build's version tag), that build's own tag in it too.
+    A rollback moves only the moving ones: the build it restores has its own already."""
+    return EnvTags(version=(f"{version}-{env}",) if version else (),
+                   moving=tuple(dict.fromkeys([f"{t.tag}-{env}", *t.aliases.get(env, ())])))
 
 
-def version_tags_moved(reg: Registry, repo: ImageRef, tags: list[str], digest: str) -> dict[str, str]:
+def version_tags_moved(reg: Registry, repo: ImageRef, tags: EnvTags, digest: str) -> dict[str, str]:
     """The version tags among `tags` that now name another digest (tag -> that digest)."""
     out = {}
-    for tg in tags:
-        if not moving_alias(tg):
-            held = reg.manifest(repo.with_tag(tg))
-            if held is not None and held.digest != digest:
-                out[tg] = held.digest
+    for tg in tags.version:
+        held = reg.manifest(repo.with_tag(tg))
+        if held is not None and held.digest != digest:
+            out[tg] = held.digest
     return out
 
 
@@ -268,8 +306,8 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     if not rec.digest:
         _refuse(t.id, f"it was never pushed (run `gpuforge push {t.id}`)")
     image_id, digest = rec.image_id, str(rec.digest)
-    ref = t.ref
-    repo, tag = ref.bare(), str(ref.tag)
+    ref = pushed_version(t, rec)
+    repo, version = ref.bare(), str(ref.tag)
     reg = Registry(auth)
     m = reg.manifest(ref.pinned(digest))
     if m is None:
@@ -279,11 +317,12 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     current = reg.manifest(ref)
     if current is None or current.digest != digest:
         now = current.digest if current else "nothing"
-        _refuse(t.id, f"{ref.repository}:{tag} now points to {now}, not the validated {digest} (re-pushed after validation?)")
+        _refuse(t.id, f"{ref.repository}:{version} now points to {now}, not the validated {digest} (re-pushed after "
+                      f"validation, or not pushed yet: `gpuforge push {t.id}`)")
     if env == "prod":
-        dev = reg.manifest(ref.with_tag(f"{tag}-dev"))
+        dev = reg.manifest(ref.with_tag(f"{version}-dev"))
         if dev is None or dev.digest != digest:
-            _refuse(t.id, f"{ref.repository}:{tag}-dev does not point to {digest}; promote to dev first")
+            _refuse(t.id, f"{ref.repository}:{version}-dev does not point to {digest}; promote this build to dev first")
     if verifier is None:
         _refuse(t.id, "no way to verify the signed evidence: pass --key cosign.pub, set GPUFORGE_COSIGN_PUBLIC_KEY, "
                       "or GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER for keyless signatures")
@@ -293,15 +332,15 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
         prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve,
                    max_age_days=max_age_days)
-    tags = env_tags(t, tag, env)
+    tags = env_tags(t, env, version)
     replaced = version_tags_moved(reg, repo, tags, digest)
     if replaced and not replace:
         _refuse(t.id, f"version tag(s) {', '.join(f'{ref.repository}:{tg} (at {d[:19]})' for tg, d in replaced.items())} "
                       "name another digest; version tags are immutable: pass --replace to move them to this digest "
                       "(recorded in the promotion record)")
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
-    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, replaced=list(replaced),
-                          allow_no_gpu=env == "prod" and not require_gpu, evidence=ev)
+    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags.all(), replaced=list(replaced),
+                          allow_no_gpu=env == "prod" and not require_gpu, evidence=ev, version=version)
     return mv, hist
 
 

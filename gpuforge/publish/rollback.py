@@ -1,7 +1,9 @@
 """`gpuforge rollback --env ENV TARGET [--digest DIGEST | --steps N]`: point the environment's tags back at a
 digest that was itself promoted there (the registry's history says so), after verifying its signed evidence
-again. Manifests are copied by digest within the repository: no rebuild, no layer pulled or pushed. The
-rollback is a promotion record of its own (kind rollback), so history shows it."""
+again. Manifests are copied by digest within the repository: no rebuild, no layer pulled or pushed. Only the
+environment's moving tags (`<tag>-<env>`, the aliases) move: version tags never do, and the build restored has its
+own `<version>-<env>` from its promotion. The rollback is a promotion record of its own (kind rollback), so history
+shows it."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
         if not runs or runs[-1].digest != r.digest:
             runs.append(r)
     if runs and current and runs[-1].digest != current:
-        _refuse(t, f"the version tag points at {current[:19]}, which its last promotion record does not name "
+        _refuse(t, f"the environment's tag points at {current[:19]}, which its last promotion record does not name "
                    f"(moved outside gpuforge?); give --digest DIGEST")
     if len(runs) <= n:
         _refuse(t, f"history has {len(runs)} promoted digest(s); nothing {n} step(s) back")
@@ -62,10 +64,10 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None,
         _refuse(t, "no way to verify the signed evidence: pass --key cosign.pub or set GPUFORGE_COSIGN_PUBLIC_KEY")
     promote.resume(t, env=env, verifier=verifier, signer=signer, reports=reports)
     pushed = t.ref
-    repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
+    repo, reg = pushed.bare(), Registry(verifier.auth)
     hist = history.load(reg, repo, verifier, target=t.id, env=env)
-    tags = promote.env_tags(t, tag, env)
-    current = transaction.digest_at(reg, repo, tags[0])
+    tags = promote.env_tags(t, env)  # the moving ones: a rollback moves no version tag
+    current = transaction.digest_at(reg, repo, tags.moving[0])
     target_rec = choose(t, hist.done(), current, to=to, steps=steps)
     digest = target_rec.digest
     m = reg.manifest(repo.pinned(digest))
@@ -74,12 +76,12 @@ def rollback(t: Target, *, env: str, to: str | None, steps: int | None,
     require_gpu = env == "prod" and not allow_no_gpu
     ev = promote.judge(str(pushed.pinned(digest)), m, verifier, require_gpu=require_gpu,
                        check_validator_set=False, who=t.id)  # evidence made by the validators of its time
-    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags, kind="rollback",
-                          replaced=list(promote.version_tags_moved(reg, repo, tags, digest)),
+    mv = transaction.Move(target=t.id, env=env, reg=reg, repo=repo, digest=digest, tags=tags.all(), kind="rollback",
                           allow_no_gpu=not require_gpu and env == "prod",
-                          evidence=ev, rollback_to_seq=target_rec.seq)
+                          evidence=ev, rollback_to_seq=target_rec.seq, version=target_rec.version)
     res = transaction.execute(mv, hist, signer=signer, reports=reports)
     res["seconds"] = round(time.monotonic() - t0, 2)
-    print(f"gpuforge: rolled {t.id} [{env}] back to {digest} (promotion #{target_rec.seq} of {target_rec.at}) "
+    build = f"version {target_rec.version}, " if target_rec.version else ""
+    print(f"gpuforge: rolled {t.id} [{env}] back to {digest} ({build}promotion #{target_rec.seq} of {target_rec.at}) "
           f"in {res['seconds']:.1f} s", flush=True)
     return res

@@ -102,6 +102,7 @@ def _record_json(r: PromotionRecord) -> dict:
     return {"seq": r.seq, "phase": r.phase, "kind": r.kind, "id": r.id, "digest": r.digest, "at": r.at,
             "moved": r.moved if r.phase == "done" else r.tags, "prior": r.prior, "replaced": r.replaced,
             "allow_no_gpu": r.allow_no_gpu, "resumed": r.resumed, "rollback_to_seq": r.rollback_to_seq,
+            "version": r.version,
             "run": r.run.id, "git_revision": r.run.git_revision, "git_dirty": r.run.git_dirty, "host": r.run.host,
             "evidence": r.evidence.model_dump(mode="json")}
 
@@ -113,17 +114,20 @@ def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Ve
     out = []
     for t in targets:
         pushed = t.ref
-        repo, tag, reg = pushed.bare(), str(pushed.tag), Registry(verifier.auth)
+        repo, reg = pushed.bare(), Registry(verifier.auth)
         if repo not in found:
             found[repo] = history.all_records(reg, repo, verifier)
         rec = records.build(t.id)
         for env in envs:
             h = history.load(reg, repo, verifier, target=t.id, env=env, found=found[repo])
-            tags = {tg: (m.digest if (m := reg.manifest(repo.with_tag(tg))) else None) for tg in env_tags(t, tag, env)}
-            at = tags[f"{tag}-{env}"]
+            moving = env_tags(t, env).moving
+            at = _digest_at(reg, repo, moving[0])
             done = h.done()
             last = next((r for r in reversed(done) if r.digest == at), None)
-            row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at,
+            version = last.version if last else None  # the build the environment holds, as its promotion named it
+            names = env_tags(t, env, version).all()
+            tags = {tg: at if tg == moving[0] else _digest_at(reg, repo, tg) for tg in names}
+            row = {"target": t.id, "env": env, "repository": pushed.name, "tags": tags, "digest": at, "version": version,
                    "promotion": _record_json(last) if last else None,
                    "interrupted": _record_json(i) if (i := h.interrupted()) else None,
                    "evidence": evidence_summary(str(pushed.pinned(at)), verifier, ttl.of(env)) if at else None,
@@ -131,6 +135,11 @@ def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Ve
                    "history_length": len(done), "warnings": h.warnings}
             out.append(row)
     return out
+
+
+def _digest_at(reg: Registry, repo: ImageRef, tag: str) -> str | None:
+    m = reg.manifest(repo.with_tag(tag))
+    return m.digest if m else None
 
 
 def _local(rec: BuildRecord | None, at: str | None) -> dict | None:
@@ -143,7 +152,8 @@ def _local(rec: BuildRecord | None, at: str | None) -> dict | None:
                                           ("gpu_report", rec.gpu_report, rec.gpu_report_digest)) if path}
     return {"digest": rec.digest, "image_id": rec.image_id, "differs": bool(at) and rec.digest is not None and rec.digest != at,
             "reports": reports,
-            "build": {"tags": rec.tags, "size": rec.size, "seconds": rec.seconds, "built_at": rec.built_at,
+            "build": {"version": rec.version, "build": rec.build, "tags": rec.tags, "size": rec.size,
+                      "seconds": rec.seconds, "built_at": rec.built_at,
                       "revision": rec.revision, "recipe": rec.recipe, "driver": rec.driver, "client": rec.client,
                       "engine": rec.engine, "image_store": rec.image_store, "image_index": rec.image_index,
                       "extra_ca": rec.extra_ca, "log": rec.log},
@@ -174,6 +184,8 @@ def _short(d: str | None) -> str:
 
 def _text(row: dict) -> list[str]:
     lines = [f"{row['target']} [{row['env']}] {row['repository']}"]
+    if row["version"]:
+        lines.append(f"  version: {row['version']}")
     lines.append("  tags: " + ", ".join(f"{tg} -> {_short(d)}" for tg, d in row["tags"].items()))
     p = row["promotion"]
     if p:
@@ -201,16 +213,18 @@ def _text(row: dict) -> list[str]:
     if loc is None:
         lines.append("  local build: none in this checkout")
     elif row["digest"]:
-        lines.append(f"  local build: {'DIFFERS: ' + _short(loc['digest']) if loc['differs'] else 'same digest'}"
+        differs = f"DIFFERS: {_short(loc['digest'])}{' (' + loc['build']['version'] + ')' if loc['build']['version'] else ''}"
+        lines.append(f"  local build: {differs if loc['differs'] else 'same digest'}"
                      if loc["digest"] else "  local build: not pushed from this checkout")
     if loc:
         b, p = loc["build"], loc["pushed"]
-        lines.append(f"  local record: image {loc['image_id'][:19]}{' (an index)' if b['image_index'] else ''}, "
+        lines.append(f"  local record: {'version ' + b['version'] + ', ' if b['version'] else ''}image {loc['image_id'][:19]}"
+                     f"{' (an index)' if b['image_index'] else ''}, "
                      f"{b['size'] / 1e9:.2f} GB, built {b['built_at'] or '?'} in {b['seconds']:.0f} s from git "
                      f"{(b['revision'] or 'unknown')[:12]} (recipe {b['recipe'] or '?'}) by {b['driver'] or '?'} "
                      f"({b['client'] or '?'}) on {b['engine'] or '?'} {b['image_store'] or ''}; log {b['log'] or 'none'}")
         if p["ref"]:
-            moved = f"; --replace moved the build tag {len(p['replaced'])} time(s)" if p["replaced"] else ""
+            moved = f"; --replace moved the version tag {len(p['replaced'])} time(s)" if p["replaced"] else ""
             zstd = f"; zstd copy {p['zstd_ref']}" if p["zstd_ref"] else ""
             lazy = f"; SOCI index {p['soci_index'][:19]}" if p["soci_index"] else ""
             lines.append(f"  local push: {p['ref']}{zstd}{lazy}{moved}")

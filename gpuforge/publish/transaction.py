@@ -40,6 +40,7 @@ class Move:
     allow_no_gpu: bool = False
     evidence: Evidence = field(default_factory=Evidence)
     rollback_to_seq: int | None = None
+    version: str | None = None  # the version tag of the build promoted (or restored), when known
 
 
 def now() -> str:
@@ -114,7 +115,7 @@ def execute(mv: Move, hist: History, *, signer: attest.Signer, reports: Path | N
     intent = PromotionRecord(id=uuid.uuid4().hex, phase="intent", kind=mv.kind, target=mv.target, env=mv.env,
                              repository=mv.repo.name, digest=mv.digest, tags=to_move, prior=prior,
                              replaced=mv.replaced, allow_no_gpu=mv.allow_no_gpu, evidence=mv.evidence,
-                             rollback_to_seq=mv.rollback_to_seq, seq=hist.next_seq(),
+                             rollback_to_seq=mv.rollback_to_seq, version=mv.version, seq=hist.next_seq(),
                              prev=last.ref() if last else None, at=now(), run=runinfo.current())
     _sign(mv.repo, intent, signer)  # before any tag moves: a crash from here on is visible
     moved: list[str] = []

@@ -8,9 +8,11 @@ back with `cosign verify-attestation`, in registry order (the order cosign appen
 Signing (a Signer): a key pair (`--sign-key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification (a Verifier): the
 public key (GPUFORGE_COSIGN_PUBLIC_KEY) or the expected identity + issuer (GPUFORGE_COSIGN_IDENTITY,
-GPUFORGE_COSIGN_ISSUER). GPUFORGE_COSIGN_TLOG=1 uploads to / checks the Rekor transparency log
-(off by default: the test registries are offline). The CLI makes both once from the options, with the
-registry credentials cosign needs.
+GPUFORGE_COSIGN_ISSUER). The Rekor transparency log (`tlog_used`): keyless signing always writes to it and
+keyless verification always checks it (cosign trusts a short-lived Fulcio certificate only through the log's
+entry); a key pair writes to / checks it only when GPUFORGE_COSIGN_TLOG=1 asks, so a private registry's digests
+stay out of a public log and a runner needs no route to it. The CLI makes both once from the options, with the
+registry credentials cosign needs; each carries its decision.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.registry.client import ANONYMOUS, Registry, RegistryAuth, auth_file, denied, insecure
 
@@ -45,19 +47,38 @@ def oidc_token_available(env: dict | None = None) -> bool:
     return any(all(env.get(k) for k in names) for names in OIDC_TOKEN_SOURCES)
 
 
+def tlog_used(*, keyless: bool, asked: bool | None) -> bool:
+    """Whether cosign uploads to / checks the Rekor transparency log. `asked` is the cosign_tlog setting
+    (GPUFORGE_COSIGN_TLOG; None: unset). Keyless: always (a keyless signature without its log entry does not verify
+    once the certificate's ten minutes are over), and an explicit 0 is refused (ConfigError). A key pair: only
+    when asked (1)."""
+    if not keyless:
+        return bool(asked)
+    if asked is False:
+        msg = ("GPUFORGE_COSIGN_TLOG: keyless signing and verification always use the Rekor transparency log (a "
+               "short-lived certificate is trusted only through its log entry), so it cannot be turned off (0) here; "
+               "unset it, or sign and verify with a key pair (--sign-key, --key) to keep statements out of the log")
+        raise ConfigError(msg)
+    return True
+
+
 @dataclass(frozen=True)
 class Verifier:
     """How signatures are checked: a public key, or a keyless identity + OIDC issuer; whether the Rekor log is
-    checked (cosign_tlog); and the credentials that read the registry."""
+    checked; and the credentials that read the registry. `tlog` is given as the cosign_tlog setting (None: unset)
+    and holds the decision once made (tlog_used): keyless always, a key only when asked."""
 
     key: str | None = None
     identity: str | None = None
     issuer: str | None = None
-    tlog: bool = False
+    tlog: bool | None = None
     auth: RegistryAuth = ANONYMOUS
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tlog", tlog_used(keyless=not self.key, asked=self.tlog))
+
     @classmethod
-    def of(cls, *, key: str | None, identity: str | None, issuer: str | None, tlog: bool = False,
+    def of(cls, *, key: str | None, identity: str | None, issuer: str | None, tlog: bool | None = None,
            auth: RegistryAuth = ANONYMOUS) -> Verifier | None:
         """The public key, else the keyless identity + issuer; None when neither is given."""
         if key:
@@ -67,19 +88,28 @@ class Verifier:
         return None
 
     def args(self) -> list[str]:
-        if self.key:
-            return ["--key", self.key]
-        return ["--certificate-identity", str(self.identity), "--certificate-oidc-issuer", str(self.issuer)]
+        """cosign verify-attestation's arguments for who signed and whether the log is checked."""
+        who = (["--key", self.key] if self.key else
+               ["--certificate-identity", str(self.identity), "--certificate-oidc-issuer", str(self.issuer)])
+        return [*who, *([] if self.tlog else ["--insecure-ignore-tlog=true"])]
 
 
 @dataclass(frozen=True)
 class Signer:
     """How statements are signed: a private key (None: keyless, through an OIDC identity token), whether they go to
-    the Rekor log (cosign_tlog), and the credentials that push the signature."""
+    the Rekor log, and the credentials that push the signature. `tlog` is given as the cosign_tlog setting (None:
+    unset) and holds the decision once made (tlog_used): keyless always, a key pair only when asked."""
 
     key: str | None = None
-    tlog: bool = False
+    tlog: bool | None = None
     auth: RegistryAuth = ANONYMOUS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tlog", tlog_used(keyless=not self.key, asked=self.tlog))
+
+    def args(self) -> list[str]:
+        """cosign attest's arguments for the log and the key (none: keyless)."""
+        return [f"--tlog-upload={'true' if self.tlog else 'false'}", *(["--key", self.key] if self.key else [])]
 
 
 def _cosign(args: list[str], host: str, what: str, auth: RegistryAuth,
@@ -104,8 +134,7 @@ def _cosign(args: list[str], host: str, what: str, auth: RegistryAuth,
 def attest(ref: str, predicate: Path, type_uri: str, *, signer: Signer) -> None:
     """Sign `predicate` as an in-toto statement about `ref` (host/repo@sha256:...) and push it."""
     host = ImageRef.parse(ref).registry
-    args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate),
-            f"--tlog-upload={'true' if signer.tlog else 'false'}", *(["--key", signer.key] if signer.key else []), ref]
+    args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate), *signer.args(), ref]
     r = _cosign(args, host, "attest", signer.auth)
     if r.returncode != 0:
         text = (r.stderr or r.stdout).strip()
@@ -154,8 +183,7 @@ def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Sig
     orders them (a signer's field is not a clock)."""
     parsed = ImageRef.parse(ref)
     host, digest = parsed.registry, parsed.digest
-    args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(),
-            *([] if verifier.tlog else ["--insecure-ignore-tlog=true"]), ref]
+    args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(), ref]
     r = _cosign(args, host, "verify-attestation", verifier.auth)
     if r.returncode != 0:
         text = r.stderr or r.stdout

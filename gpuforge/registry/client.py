@@ -29,13 +29,24 @@ from gpuforge.plan.target import ImageRef
 # what skopeo prints for "no such manifest" (registry/distribution error codes, and containers/image text)
 _NOT_FOUND = re.compile(r"manifest unknown|MANIFEST_UNKNOWN|NAME_UNKNOWN|name unknown|not found", re.I)
 # status codes as whole words: a digest in the same message is hex and may hold "401" or "403" (CI once failed so)
-_DENIED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b|invalid username/password", re.I)
+_DENIED = re.compile(r"unauthorized|authentication required|denied|\b40[13]\b|invalid username/password|"
+                     r"no basic auth credentials", re.I)
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|connection reset|no route to host", re.I)
 
 
 def denied(text: str) -> bool:
     """Whether a registry client's error text is a refusal of the credentials."""
     return bool(_DENIED.search(text))
+
+
+def unreachable(text: str) -> bool:
+    """Whether a registry client's error text says the registry could not be reached."""
+    return bool(_UNREACHABLE.search(text))
+
+
+def not_found(text: str) -> bool:
+    """Whether a registry client's error text says the manifest or repository is not there (and is no refusal)."""
+    return bool(_NOT_FOUND.search(text)) and not denied(text)
 
 
 @dataclass(frozen=True)

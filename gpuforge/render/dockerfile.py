@@ -125,13 +125,16 @@ def bake_file(targets: list[Target], defaults: list[Target]) -> str:
     """A `docker buildx bake` file for the fleet (groups `default` and `all`), so a remote or Kubernetes
     BuildKit (`--builder`) can build the whole matrix. Paths are relative to the repository root, where
     bake runs; the CA bundle is a secret (variable GPUFORGE_CA), never a layer. Bases must be pullable
-    by the builder (or bootstrapped first with `gpuforge build`)."""
+    by the builder (or bootstrapped first with `gpuforge build`). GPUFORGE_APT_STATE keys the system layer
+    (e.g. the date, or the value `gpuforge build` printed): unset, that layer stays cached."""
     doc = {
         "variable": {"GPUFORGE_CA": {"default": "/etc/ssl/certs/ca-certificates.crt"},
-                     "GPUFORGE_REVISION": {"default": "unknown"}},
+                     "GPUFORGE_REVISION": {"default": "unknown"},
+                     "GPUFORGE_APT_STATE": {"default": "unset"}},
         "group": {"default": {"targets": [t.id for t in defaults]}, "all": {"targets": [t.id for t in targets]}},
         "target": {t.id: {"context": ".", "dockerfile": f"images/dist/{t.id}/Dockerfile", "tags": list(t.tags),
                           "secret": ["id=ca,src=${GPUFORGE_CA}"],
+                          "args": {"GPUFORGE_APT_STATE": "${GPUFORGE_APT_STATE}"},
                           "labels": {"org.opencontainers.image.revision": "${GPUFORGE_REVISION}"}}
                    for t in targets},
     }

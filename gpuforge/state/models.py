@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuforge import grammar
+
 SCHEMA_VERSION = 1
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
@@ -22,7 +24,7 @@ class BuildRecord(BaseModel):
     model_config = _STRICT
 
     image_id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")  # the engine's image id (config digest)
-    tags: list[str] = []
+    tags: list[str] = []  # the engine's tags of the image (the target's tag; never the version tag)
     size: int = 0
     seconds: float = 0.0
     driver: str | None = None  # buildx | classic
@@ -32,6 +34,10 @@ class BuildRecord(BaseModel):
     extra_ca: str | None = None
     revision: str | None = None  # the checkout's git revision the image was built from
     built_at: str | None = None
+    # the build identifier (UTC, gpuforge.plan.version.BuildId) and the version tag it renders: what push pushes and
+    # promote names; kept when a rebuild makes the same image, new for another image
+    build: str | None = Field(default=None, pattern=rf"^{grammar.BUILD_ID}$")
+    version: str | None = Field(default=None, pattern=rf"^{grammar.TAG}$")
     # which engine built it: version, image store (overlay2 | containerd), whether the image is an index
     # (BuildKit's provenance attestation attached), and the build's argv (the zstd push re-runs it from the cache)
     engine: str | None = None
@@ -44,13 +50,13 @@ class BuildRecord(BaseModel):
     report_digest: str | None = None
     gpu_report: str | None = None
     gpu_report_digest: str | None = None
-    # push: the registry manifest digest and the reference it was pushed as
+    # push: the registry manifest digest and the reference it was pushed as (the version tag)
     digest: str | None = None
     pushed_ref: str | None = None
-    digest_zstd: str | None = None  # push --compression zstd|both: the <tag>-zstd copy (same layers, zstd)
+    digest_zstd: str | None = None  # push --compression zstd|both: the <version>-zstd copy (same layers, zstd)
     pushed_ref_zstd: str | None = None
     soci_index: str | None = None  # push --compression soci: the SOCI index manifest whose subject is `digest`
-    replaced: list[dict] | None = None  # push --replace: the build tag moved off another digest (tag, from, to, at)
+    replaced: list[dict] | None = None  # push --replace: the version tag moved off another digest (tag, from, to, at)
 
 
 class BuildsFile(BaseModel):

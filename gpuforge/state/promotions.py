@@ -57,10 +57,11 @@ class PromotionRecord(BaseModel):
     tags: list[str]  # planned: every tag of the environment this promotion points at `digest`
     prior: dict[str, str | None]  # the digest each planned tag held before (None: it did not exist)
     moved: list[str] = []  # done: the tags it moved (including those a resumed run moved)
-    replaced: list[str] = []  # version tags moved off another digest (--replace, or a rollback)
+    replaced: list[str] = []  # version tags moved off another digest (promote --replace)
     allow_no_gpu: bool = False  # prod without GPU evidence, on purpose (--allow-no-gpu)
     resumed: bool = False  # done written by a later run that completed an interrupted intent
     rollback_to_seq: int | None = None  # rollback: the seq of the promotion whose digest it restores
+    version: str | None = Field(default=None, max_length=200)  # the build's version tag (None: a record of before them)
     evidence: Evidence = Evidence()
     seq: int = Field(ge=0)  # position in this target+environment's history
     prev: str | None = None  # "<id>:<phase>" of the record before it: a removed record shows as a gap

@@ -1,5 +1,6 @@
 """gpuforge outdated against real parts: a local docker-registry whose base tag is re-pushed (the digest moves),
-and `apt-get -s upgrade` against the security pocket inside the real default image."""
+and `apt-get -s upgrade` against the security pocket inside the real default image, which its build brought up to
+date."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import json
 import subprocess
 import tarfile
 import uuid
+from pathlib import Path
 
 import pytest
 from registries import LocalRegistry
 
+from gpuforge.builder import aptstate
 from gpuforge.cli import main
+from gpuforge.engine import client as engine
 from gpuforge.fleet import outdated
 
 pytestmark = pytest.mark.docker
@@ -74,10 +78,20 @@ default: ["os=ubuntu24.04"]
     assert f"base: {ref}: the tag moved: {first} (locked) -> {now}" in out
 
 
-def test_pending_security_updates_are_found_inside_the_built_default_image(default_build, capsys):
+def test_the_built_default_image_has_no_pending_security_updates(default_build, capsys):
+    """The system layer applies the OS's updates (its base's sources: bookworm, -updates, -security), so `outdated
+    --images` finds no security update pending in the image the run built; the layer's key (GPUFORGE_APT_STATE) is in
+    the recorded build command and, with where it came from, in the build's log."""
     t, rec = default_build
+    [arg] = [a for a in rec["argv"] if a.startswith(f"{aptstate.BUILD_ARG}=")]
+    assert rec["argv"][rec["argv"].index(arg) - 1] == "--build-arg"
+    assert f"gpuforge: apt state of {t.os}: {arg} (" in Path(rec["log"]).read_text(errors="replace")
     assert main(["outdated", "--images", "--json", t.id]) == 0
     found = json.loads(capsys.readouterr().out)["findings"]
     assert not [f for f in found if f["kind"] == "unchecked" and f["subject"] == t.id], found
-    for f in (f for f in found if f["kind"] == "security"):
-        assert f["subject"] == t.id and " -> " in f["detail"] and "security" in f["detail"].lower()
+    pending = [f["detail"] for f in found if f["kind"] == "security" and f["subject"] == t.id]
+    # the suites as they are now, read as a build reads them: the mirror answers (no date fallback)
+    now = aptstate.resolve(aptstate.sources(t, aptstate.debian_arch(engine.engine_info().arch)))
+    assert not now.fallback, now.source
+    moved = "" if now.value == arg.split("=", 1)[1] else f"; the suites moved since (now {now.value}): an update published during the run"
+    assert not pending, f"{len(pending)} security update(s) pending in {rec['image_id'][:19]} built with {arg}{moved}: {pending[:5]}"

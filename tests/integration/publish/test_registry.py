@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime as dt
 import json
 import os
 import shutil
@@ -57,6 +58,7 @@ from conftest import KEY_PASSWORD, ROOT, gpuforge
 from gpuforge.builder import bases
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
+from gpuforge.plan.version import BuildId
 from gpuforge.publish import history, promote, rollback
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, auth_file
@@ -123,7 +125,8 @@ def pushed(validated, auth_registry):
     registry, then validated with `gpuforge validate --attest`: the full validator suite, its result signed in that
     run. This module promotes, copies and signs from that digest."""
     t = _target(validated["target"], auth_registry, "gpuforge/pytorch")
-    assert validated["push"]["ref"] == str(t.ref)  # the run's push is of this target to this registry
+    # the run's push is of this target's build, under its version tag, to this registry
+    assert validated["push"]["ref"] == str(t.version_ref(validated["record"]["version"]))
     report = json.loads((validated["reports"] / t.id / "report.json").read_text())
     return t, {"target": t.id, **validated["push"], "reports": validated["reports"], "report": report}
 
@@ -174,7 +177,7 @@ def token_pushed(gpu_signed, token_registry, cosign_keys):
     t0 = time.monotonic()
     assert t.registry == run_registry() and link_run_layers(t.repository, token_registry, tt.repository)
     with auth_file(state_here.auth(), t.registry, tt.registry) as af:
-        for src, dst in ((f"{t.repository}@{res['digest']}", f"{tt.repository}:{tt.tag}"),
+        for src, dst in ((f"{t.repository}@{res['digest']}", f"{tt.repository}:{_version(tt)}"),
                          (f"{t.repository}:{att}", f"{tt.repository}:{att}")):
             subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
                             "--authfile", af, f"docker://{t.registry}/{src}", f"docker://{tt.registry}/{dst}"],
@@ -198,8 +201,19 @@ def _digest(registry: str, repo: str, tag: str) -> str | None:
     return m.digest if m else None
 
 
-def _env_tags(t, env: str) -> list[str]:
-    return promote.env_tags(t, t.tag, env)
+def _version(t) -> str:
+    """The version tag of the target's recorded build (the run's default build, unless a test records another)."""
+    return records.require(t.id)["version"]
+
+
+def _env_tags(t, env: str, version: str | None = None) -> list[str]:
+    """The tags a promotion of the recorded build (or of `version`) to `env` points at its digest."""
+    return promote.env_tags(t, env, version or _version(t)).all()
+
+
+def _moving(t, env: str) -> tuple[str, ...]:
+    """The environment's own tags, which follow promotions and rollbacks: `<tag>-<env>` and the aliases."""
+    return promote.env_tags(t, env).moving
 
 
 def _snapshot(t) -> dict:
@@ -449,18 +463,21 @@ def test_repushed_tag_after_validation_is_refused(pushed, auth_registry, creds, 
     t, res = pushed
     tr, _ = _repo_copy(pushed, "gpuforge/repush")
     _promote(tr, "dev", cosign_keys)
-    # someone pushes other bytes under the build tag after validation
+    # someone pushes other bytes under the build's version tag after validation
+    version = _version(t)
     other = docker_engine.images.get(t.base_image)
-    other.tag(f"{auth_registry}/gpuforge/repush", t.tag)
-    for ev in docker_engine.images.push(f"{auth_registry}/gpuforge/repush", t.tag, stream=True, decode=True,
+    other.tag(f"{auth_registry}/gpuforge/repush", version)
+    for ev in docker_engine.images.push(f"{auth_registry}/gpuforge/repush", version, stream=True, decode=True,
                                         auth_config={"username": USER, "password": PASSWORD}):
         assert "error" not in ev, ev
-    docker_engine.images.remove(f"{auth_registry}/gpuforge/repush:{t.tag}")
+    docker_engine.images.remove(f"{auth_registry}/gpuforge/repush:{version}")
     with pytest.raises(PromotionRefused, match="re-pushed after validation"):
         _promote(tr, "prod", cosign_keys)
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-prod") is None
+    assert _digest(auth_registry, "gpuforge/repush", f"{version}-prod") is None
     assert _digest(auth_registry, "gpuforge/repush", f"{t.tag}-dev") == res["digest"]
-    # and gpuforge's own push will not move the build tag back without --replace
+    assert _digest(auth_registry, "gpuforge/repush", f"{version}-dev") == res["digest"]
+    # and gpuforge's own push will not move the version tag back without --replace
     with pytest.raises(PromotionRefused, match="version tags are immutable: pass --replace"):
         promote.push_targets([tr], **state_here.push_kw())
 
@@ -477,7 +494,7 @@ def test_digest_gone_from_the_registry_is_refused(pushed, auth_registry, creds, 
 
 def test_prod_before_dev_is_refused(pushed, creds, cosign_keys):
     tr, _ = _repo_copy(pushed, "gpuforge/nodev")
-    with pytest.raises(PromotionRefused, match="promote to dev first"):
+    with pytest.raises(PromotionRefused, match="promote this build to dev first"):
         _promote(tr, "prod", cosign_keys)
 
 
@@ -557,7 +574,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
         assert t.registry == run_registry() and link_run_layers(t.repository, reg, tk.repository)
         with auth_file(state_here.auth(), t.registry) as af:
-            for src, dst in ((f"{t.repository}@{res['digest']}", f"{tk.repository}:{tk.tag}"),
+            for src, dst in ((f"{t.repository}@{res['digest']}", f"{tk.repository}:{_version(tk)}"),
                              (f"{t.repository}:{att}", f"{tk.repository}:{att}")):
                 subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
                                 "--src-authfile", af, f"docker://{t.registry}/{src}", f"docker://{tk.registry}/{dst}"],
@@ -567,19 +584,19 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         wrap.mkdir()
         (wrap / "skopeo").write_text(SKOPEO_KILLER)
         (wrap / "skopeo").chmod(0o755)
-        tags = _env_tags(tk, "dev")
-        assert len(tags) == 3
+        tags = _env_tags(tk, "dev")  # the build's own <version>-dev, then <tag>-dev and the two aliases
+        assert len(tags) == 4 and tags[0] == f"{_version(tk)}-dev"
         env = {"PATH": f"{wrap}:{os.environ['PATH']}", "GF_COPY_COUNT": str(tmp_path / "count"), "GF_KILL_AT": "3",
                "GF_REGISTRY_PID": str(reg.proc.pid), "GPUFORGE_REGISTRY_USER": "", "GPUFORGE_REGISTRY_PASSWORD": ""}
         r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"], env=env)
         assert r.returncode == 6, r.stdout + r.stderr
         line = r.stderr.strip().splitlines()[-1]
-        assert f"interrupted: moved {tags[0]}, {tags[1]} to {res['digest'][:19]}, not moved {tags[2]}" in line, line
+        assert f"interrupted: moved {tags[0]}, {tags[1]} to {res['digest'][:19]}, not moved {tags[2]}, {tags[3]}" in line, line
         assert "cannot reach registry" in line and "completes it" in line
         reg.proc.wait()
         reg.log.close()
         RegistryProcess.__init__(reg, d, port)  # the same registry back: same storage, same address
-        assert [_digest(reg.host, tk.repository, tg) for tg in tags] == [res["digest"], res["digest"], None]
+        assert [_digest(reg.host, tk.repository, tg) for tg in tags] == [res["digest"], res["digest"], None, None]
         r = gpuforge("--matrix", str(m), "status", "--env", "dev", "--key", cosign_keys["pub"])
         assert r.returncode == 0 and "INTERRUPTED promote" in r.stdout, r.stdout + r.stderr
         r = gpuforge("--matrix", str(m), "promote", "--env", "dev", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
@@ -594,7 +611,7 @@ def test_registry_killed_between_tag_copies_names_the_moved_tags_and_the_next_ru
         reg.stop()
 
 
-# --- immutable version tags, rollback, status and history from a second checkout ---------------------------
+# --- version tags of two builds, rollback, status and history from a second checkout ------------------------
 
 @pytest.fixture
 def derived_image(docker_engine, pushed, tmp_path):
@@ -614,39 +631,44 @@ def derived_image(docker_engine, pushed, tmp_path):
         pass
 
 
-def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout_sees_it(
+def test_a_second_build_promotes_without_replace_rollback_restores_prod_and_a_second_checkout_sees_it(
         pushed, derived_image, creds, cosign_keys, tmp_path, restore_record, docker_engine):
     t, res = pushed
-    a = res["digest"]
+    a, va = res["digest"], _version(t)
     tr, _ = _repo_copy(pushed, "gpuforge/rollback")
     _sign(tr, a, gpu_fixture(res["report"]), cosign_keys)
     _promote(tr, "dev", cosign_keys)
     _promote(tr, "prod", cosign_keys)
-    # B: another image of the same target
+    # other bytes under A's build identifier are a re-push of A's version tag: refused without --replace
     records.update(t.id, image_id=derived_image)
     with pytest.raises(PromotionRefused, match=r"already holds .* version tags are immutable: pass --replace"):
         promote.push_targets([tr], **state_here.push_kw())
-    [pb] = promote.push_targets([tr], replace=True, **state_here.push_kw())
+    # B: the next build of the same target, as `gpuforge build` records it: its own version tag, pushed beside A's
+    build_b = BuildId.at_time(dt.datetime.now(dt.UTC))
+    vb = tr.version(build_b)
+    records.update(t.id, image_id=derived_image, build=str(build_b), version=vb)
+    [pb] = promote.push_targets([tr], **state_here.push_kw())  # no --replace
     b = pb["digest"]
-    assert b != a and records.get(t.id)["replaced"][-1]["from"] == a
+    assert b != a and vb != va
+    assert _digest(tr.registry, tr.repository, va) == a and _digest(tr.registry, tr.repository, vb) == b
     _sign(tr, b, _fixture_rep(res["report"], "the default image's run, for the derived image", derived_image), cosign_keys)
     _sign(tr, b, gpu_fixture(res["report"], derived_image), cosign_keys)
-    # a version tag never moves without --replace; nothing moves at all
-    msg = _refused(tr, "version tag\\(s\\) .*-dev .*immutable: pass --replace", cosign_keys, env="dev")
-    assert a[:19] in msg
-    _promote(tr, "dev", cosign_keys, replace=True)
-    prod = _promote(tr, "prod", cosign_keys, replace=True)
-    assert prod["replaced"] == [f"{tr.tag}-prod", "2.7.1-cu126-debian12-runtime-wheels"]
+    # the environments' tags follow B; A's own -dev and -prod stay on A; no --replace anywhere
+    dev = _promote(tr, "dev", cosign_keys)
+    prod = _promote(tr, "prod", cosign_keys)
+    assert dev["replaced"] == prod["replaced"] == [] and f"{vb}-prod" in prod["moved"]
     assert all(_digest(tr.registry, tr.repository, tg) == b for tg in _env_tags(tr, "prod"))
-    # rollback prod one step, from the CLI, timed
+    assert _digest(tr.registry, tr.repository, f"{va}-dev") == _digest(tr.registry, tr.repository, f"{va}-prod") == a
+    # rollback prod one step, from the CLI, timed: the environment's tags go back to A, no version tag moves
     m = _matrix(tmp_path, tr.registry, "gpuforge/rollback")
     t0 = time.monotonic()
     r = gpuforge("--matrix", str(m), "rollback", "--env", "prod", tr.id, "--steps", "1", "--key", cosign_keys["pub"], "--sign-key", cosign_keys["key"])
     seconds = time.monotonic() - t0
     print(f"\nrollback of prod (CLI, evidence re-verified, 3 tags): {seconds:.1f} s")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert seconds < 60
-    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
+    assert seconds < 60 and f"version {va}" in r.stdout, r.stdout
+    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _moving(tr, "prod"))
+    assert _digest(tr.registry, tr.repository, f"{vb}-prod") == b and _digest(tr.registry, tr.repository, f"{va}-prod") == a
     assert all(_digest(tr.registry, tr.repository, tg) == b for tg in _env_tags(tr, "dev"))
     # a second checkout, with no local state at all, sees the same
     second = checkout_snapshot(ROOT, tmp_path / "second")
@@ -664,6 +686,7 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     assert r.returncode == 0, r.stderr
     [row] = json.loads(r.stdout)
     assert row["digest"] == a and row["promotion"]["kind"] == "rollback" and row["local"] is None
+    assert row["version"] == va and row["tags"][f"{va}-prod"] == a
     assert row["evidence"]["green"] and row["evidence"]["gpu"]["model"] == "NVIDIA H200"
     assert row["evidence"]["expires"]["state"] == "fresh" and 29 < row["evidence"]["expires"]["in_days"] <= 30
     r = in_second("status", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
@@ -673,8 +696,9 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
     r = in_second("history", tr.id, "--env", "prod", "--key", cosign_keys["pub"], "--json")
     assert r.returncode == 0, r.stderr
     done = [x for x in json.loads(r.stdout)["records"] if x["phase"] == "done"]
-    assert [(x["kind"], x["digest"]) for x in done] == [("promote", a), ("promote", b), ("rollback", a)]
-    assert done[1]["replaced"] and done[2]["rollback_to_seq"] == done[0]["seq"]
+    assert [(x["kind"], x["digest"], x["version"]) for x in done] == [("promote", a, va), ("promote", b, vb),
+                                                                      ("rollback", a, va)]
+    assert not any(x["replaced"] for x in done) and done[2]["rollback_to_seq"] == done[0]["seq"]
     r = in_second("history", tr.id, "--env", "prod", "--key", cosign_keys["pub"])
     assert r.returncode == 0 and "3 promotion(s)" in r.stdout and "back to #" in r.stdout, r.stdout + r.stderr
     # a rollback re-verifies: B's newest statement turned red, and going back to B is refused
@@ -687,7 +711,27 @@ def test_version_tags_are_immutable_rollback_restores_prod_and_a_second_checkout
         rollback.rollback(tr, env="prod", to="sha256:" + "1" * 64, steps=None, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
     with pytest.raises(ConfigError, match="not both"):
         rollback.rollback(tr, env="prod", to=a, steps=1, verifier=state_here.verifier(cosign_keys["pub"]), signer=state_here.signer(cosign_keys["key"]))
-    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _env_tags(tr, "prod"))
+    assert all(_digest(tr.registry, tr.repository, tg) == a for tg in _moving(tr, "prod"))
+
+
+def test_a_builds_environment_tag_moves_only_with_replace(pushed, derived_image, creds, cosign_keys, restore_record):
+    """`<version>-dev` names one build for good. Only a re-push of that very version tag with other bytes (`push
+    --replace`) can leave it naming another digest; promoting the new bytes then needs --replace too, recorded."""
+    t, res = pushed
+    a, va = res["digest"], _version(t)
+    tr, _ = _repo_copy(pushed, "gpuforge/replace")
+    _promote(tr, "dev", cosign_keys)
+    records.update(t.id, image_id=derived_image)  # other bytes, the same build identifier
+    [pb] = promote.push_targets([tr], replace=True, **state_here.push_kw())
+    b = pb["digest"]
+    last = records.get(t.id)["replaced"][-1]
+    assert b != a and (last["tag"], last["from"], last["to"]) == (va, a, b)
+    _sign(tr, b, _fixture_rep(res["report"], "the default image's run, for the derived image", derived_image), cosign_keys)
+    msg = _refused(tr, f"version tag\\(s\\) .*{va}-dev .*immutable: pass --replace", cosign_keys, env="dev")
+    assert a[:19] in msg
+    done = _promote(tr, "dev", cosign_keys, replace=True)
+    assert done["replaced"] == [f"{va}-dev"]
+    assert all(_digest(tr.registry, tr.repository, tg) == b for tg in _env_tags(tr, "dev"))
 
 
 def test_base_is_pulled_from_a_registry(default_build, open_registry, docker_engine):

@@ -8,6 +8,7 @@ path does not care how big the image is, and the default image's SOCI index take
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -22,6 +23,7 @@ from second_engine import matrix_copy
 from conftest import ROOT, gpuforge, need
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
+from gpuforge.plan.version import BuildId
 from gpuforge.publish import soci
 from gpuforge.registry.client import Registry, RegistryAuth
 from gpuforge.state.records import Records
@@ -52,14 +54,17 @@ def setup(docker_engine, tmp_path, request):
            "GPUFORGE_REGISTRY_USER": USER, "GPUFORGE_REGISTRY_PASSWORD": PASSWORD}
     made: list[str] = []
 
+    t = load_matrix(matrix).select(None)[0]
+    build = BuildId.at_time(dt.datetime.now(dt.UTC))
+
     def record(size: int) -> str:
         iid = _image(docker_engine, size)
         made.append(iid)
-        Records(tmp_path / "state").update_build(tid, image_id=iid)
+        Records(tmp_path / "state").update_build(tid, image_id=iid, build=str(build), version=t.version(build))
         return iid
 
     yield {"matrix": matrix, "env": env, "tid": tid, "record": record, "state": tmp_path / "state",
-           "ref": ImageRef(host, repo, load_matrix().select(None)[0].tag)}
+           "ref": ImageRef(host, repo, t.version(build))}  # what push pushes: the build's version tag
     for iid in made:
         subprocess.run(["docker", "rmi", "-f", iid], capture_output=True, check=False)
 
@@ -80,7 +85,7 @@ def test_push_soci_pushes_gzip_and_an_index_of_that_digest(setup):
     image = json.loads(reg.manifest(ref.pinned(rec.digest)).body)
     assert index["subject"]["digest"] == rec.digest
     assert [x["annotations"][soci.LAYER_DIGEST] for x in index["layers"]] == [x["digest"] for x in image["layers"]]
-    # the gzip image is the one `gzip` pushes: the build tag names the recorded digest
+    # the gzip image is the one `gzip` pushes: the version tag names the recorded digest
     assert reg.manifest(ref).digest == rec.digest
     # the registry has no referrers API (distribution 2.8): gpuforge's client says so, and the tag above is the way
     assert reg.referrers(ref, rec.digest, soci.INDEX_TYPE) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import docker.errors
 import pytest
 
 from gpuforge.builder import export
@@ -91,15 +92,22 @@ def test_what_counts_as_the_registrys_passing_trouble():
 
 
 class _Engine:
-    """The engine's push event stream as 20.10 sends it: each push yields the next script's events."""
+    """The engine's push event stream as 20.10 sends it: each push yields the next script's events. It holds no image
+    under the pushed reference before the push (a build's version tag is put on for the push), and notes removals."""
 
     def __init__(self, scripts: list[list[dict]]):
-        self.scripts, self.pushes = scripts, 0
+        self.scripts, self.pushes, self.removed = scripts, 0, []
         self.images = self
 
     def push(self, name, tag, **_):
         self.pushes += 1
         return iter(self.scripts[self.pushes - 1])
+
+    def get(self, name):
+        raise docker.errors.ImageNotFound(name)
+
+    def remove(self, name, **_):
+        self.removed.append(name)
 
 
 class _Image:
@@ -140,5 +148,6 @@ def test_the_engines_push_the_registry_answers_with_a_5xx_is_pushed_again(monkey
     else:
         assert promote._push_gzip(c, _Image(), ref, rec, ANONYMOUS, "plain") == DIGEST
     assert c.pushes == pushes
+    assert c.removed == [str(ref)]  # the version tag is the engine's for the push only, refused or not
     assert capsys.readouterr().err.count(f"the registry answered 500 Internal Server Error to the push of {ref}") == (
         pushes - 1)

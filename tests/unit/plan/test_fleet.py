@@ -87,3 +87,14 @@ def test_the_committed_matrix_fleet_example_uncommented_gives_the_default_the_h2
     (tmp_path / "matrix.yaml").write_text(head + "\nfleet:\n" + block + "\n")
     (t,) = load_matrix(tmp_path / "matrix.yaml").select(None)
     assert [(p.name, p.model, p.capability) for p in t.pools] == [("h200", "H200", compat.gpu_capability("H200"))]
+
+
+def test_without_a_fleet_each_target_gets_one_gpu_row_on_any_gpu_runner(tmp_path, capsys):
+    """The workflow's gpu job runs once per row: with no fleet declared every pushed digest still gets a GPU run
+    (prod always needs GPU evidence), on a runner with the documented GPU labels."""
+    p = _matrix(tmp_path, "")
+    m = load_matrix(p)
+    assert main(["--matrix", str(p), "plan", "--json", "--pools"]) == 0
+    rows = json.loads(capsys.readouterr().out)["include"]
+    assert [r["id"] for r in rows] == [t.id for t in m.targets]
+    assert all(r["pool"] == "any" and r["runs_on"] == ["self-hosted", "linux", "x64", "gpu"] for r in rows), rows

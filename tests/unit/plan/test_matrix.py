@@ -46,7 +46,8 @@ def test_include_that_would_overwrite_becomes_a_new_target(write_matrix):
     m = load_matrix(write_matrix(text))
     assert len(m.targets) == 5
     t = m.by_id("pt271-cu126-py311-debian12-runtime-wheels")
-    assert t.bootstrap == {"suite": "bookworm", "mirror": "http://deb.debian.org/debian", "variant": "minbase", "rootfs": 2}
+    assert t.bootstrap == {"suite": "bookworm", "mirror": "http://deb.debian.org/debian",
+                           "security_mirror": "http://deb.debian.org/debian-security", "variant": "minbase", "rootfs": 3}
     assert t.base_image.startswith("gpuforge/base:debian12-bookworm-")
 
 

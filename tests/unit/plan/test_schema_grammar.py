@@ -52,6 +52,9 @@ REFUSED = {
     "tag-format-spec-bomb": "$.tag_template",
     "tag-attribute-access": "$.tag_template",
     "tag-placeholder-typo": "$.tag_template",
+    "version-without-build": "$.version_template",
+    "build-in-tag-template": "$.tag_template",
+    "version-placeholder-typo": "$.version_template",
     "alias-invalid-tag": "$.overrides[0].aliases.prod[0]",
     "user-root": "$.defaults.user",
     "user-system-account": "$.defaults.user",
@@ -101,7 +104,7 @@ REFUSED = {
 }
 # Beyond a schema (YAML-level, cross-field or compat-data checks): only the loader refuses these.
 LOADER_ONLY = {
-    "pip-moves-a-cuda-pin", "tag-too-long", "alias-collision", "size-nan", "size-inf", "base-image-wrong-version",
+    "pip-moves-a-cuda-pin", "tag-too-long", "version-too-long", "version-collision", "alias-collision", "size-nan", "size-inf", "base-image-wrong-version",
     "base-image-wrong-family", "cuda-base-renders-invalid", "override-matches-nothing", "extra-ca-missing",
     "extra-ca-not-pem", "python-mismatch-grouped", "include-missing-axes", "alias-env-typo", "include-uid",
     "cuda-unquoted-12.10", "os-norway-no", "flavor-typo", "alias-bomb", "alias-recursive", "deep-nesting",

@@ -1,5 +1,5 @@
 """The pure parts of promotion: the record schema, which promoted digest a rollback restores, which tags are
-version tags, and the prod GPU rule. The registry-facing parts are in tests/integration/publish/."""
+version tags and which follow the environment, and the prod GPU rule. The registry-facing parts are in tests/integration/publish/."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import dataclasses
 
 import pytest
 
-from gpuforge.errors import ConfigError, PromotionRefused
+from conftest import BASE_MATRIX
+from gpuforge.errors import ConfigError, PromotionRefused, StateError
+from gpuforge.plan.matrix import load_matrix
 from gpuforge.publish import promote, rollback
 from gpuforge.publish.history import Entry, History
 from gpuforge.state import promotions
+from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord, RunInfo
 
 A, B, C = ("sha256:" + c * 64 for c in "abc")
@@ -26,6 +29,12 @@ def rec(seq: int, digest: str, phase: str = "done", kind: str = "promote", **kw)
 @dataclasses.dataclass
 class _T:
     id: str = "t"
+
+
+@dataclasses.dataclass
+class _Aliased:
+    tag: str = "t"
+    aliases: dict = dataclasses.field(default_factory=dict)
 
 
 def test_record_round_trips_and_rejects_bad_fields():
@@ -70,10 +79,24 @@ def test_interrupted_is_an_intent_at_the_head_without_its_done():
     assert h.interrupted() is None
 
 
-@pytest.mark.parametrize(("tag", "moving"), [("latest", True), ("latest-dev", True), ("t-prod", False),
-                                             ("2.7.1-cu126-debian12-runtime-wheels", False), ("latestx", False)])
-def test_only_latest_aliases_move(tag, moving):
-    assert promote.moving_alias(tag) is moving
+def test_a_builds_own_environment_tag_is_its_version_tag_and_the_environments_tags_move():
+    """Promoting build V of target `t` to prod: `V-prod` names that build for good; `t-prod` and the aliases are what
+    prod holds now, and follow promotions and rollbacks (a rollback names no build: it moves only those)."""
+    t = _Aliased(aliases={"prod": ("2.7.1-cu126-debian12-runtime-wheels", "latest"), "dev": ("latest-dev",)})
+    v = "t-20261206T203015Z"
+    tags = promote.env_tags(t, "prod", v)
+    assert tags.version == (f"{v}-prod",)
+    assert tags.moving == ("t-prod", "2.7.1-cu126-debian12-runtime-wheels", "latest")
+    assert tags.all() == [f"{v}-prod", "t-prod", "2.7.1-cu126-debian12-runtime-wheels", "latest"]
+    back = promote.env_tags(t, "dev")
+    assert back.version == () and back.all() == ["t-dev", "latest-dev"]
+
+
+def test_version_record_round_trips_and_an_older_record_has_none():
+    r = rec(1, A, version="t-20261206T203015Z")
+    assert promotions.parse(r.dump()).version == "t-20261206T203015Z"
+    older = {k: v for k, v in rec(1, A).dump().items() if k != "version"}
+    assert promotions.parse(older).version is None
 
 
 def test_prod_needs_gpu_unless_opted_out_out_loud():
@@ -83,3 +106,11 @@ def test_prod_needs_gpu_unless_opted_out_out_loud():
     assert promote.gpu_rule("dev", require_gpu=True, allow_no_gpu=False) is True
     with pytest.raises(ConfigError, match="contradict"):
         promote.gpu_rule("prod", require_gpu=True, allow_no_gpu=True)
+
+
+def test_push_and_promote_name_the_recorded_version_and_refuse_a_record_without_one(write_matrix):
+    t = load_matrix(write_matrix(BASE_MATRIX)).select(None)[0].on("registry.example.com")
+    rec = BuildRecord(image_id=A, build="20261206T203015Z", version=f"{t.tag}-20261206T203015Z")
+    assert str(promote.pushed_version(t, rec)) == f"registry.example.com/gpuforge/pytorch:{t.tag}-20261206T203015Z"
+    with pytest.raises(StateError, match=f"names no version tag .* run `gpuforge build {t.id}` again"):
+        promote.pushed_version(t, BuildRecord(image_id=A))

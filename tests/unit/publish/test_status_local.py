@@ -28,15 +28,22 @@ def test_a_report_file_is_as_validated_until_it_is_edited(tmp_path):
 
 def test_the_text_shows_the_record_and_the_reports(tmp_path):
     rec = BuildRecord(image_id=IMG, digest=DIGEST, size=2_500_000_000, seconds=61.0, driver="buildx", engine="26.1.5",
-                      pushed_ref="r/x:t", report=str(tmp_path / "r.json"), report_digest="sha256:1")
-    row = {"target": "t", "env": "dev", "repository": "r/x", "tags": {}, "digest": DIGEST, "promotion": None,
-           "interrupted": None, "evidence": None, "local": status._local(rec, DIGEST), "warnings": []}
+                      pushed_ref="r/x:t-20261206T203015Z", report=str(tmp_path / "r.json"), report_digest="sha256:1",
+                      build="20261206T203015Z", version="t-20261206T203015Z")
+    row = {"target": "t", "env": "dev", "repository": "r/x", "tags": {}, "digest": DIGEST, "version": None,
+           "promotion": None, "interrupted": None, "evidence": None, "local": status._local(rec, DIGEST), "warnings": []}
     text = "\n".join(status._text(row))
-    assert "local record: image sha256:aaaaaaaaaaaa, 2.50 GB" in text and "by buildx" in text and "on 26.1.5" in text
-    assert "local push: r/x:t" in text and f"local report: {tmp_path / 'r.json'} (missing)" in text
+    assert "local record: version t-20261206T203015Z, image sha256:aaaaaaaaaaaa, 2.50 GB" in text
+    assert "by buildx" in text and "on 26.1.5" in text and "  version:" not in text
+    assert "local push: r/x:t-20261206T203015Z" in text and f"local report: {tmp_path / 'r.json'} (missing)" in text
     assert "SOCI index" not in text
     lazy = status._local(rec.model_copy(update={"soci_index": "sha256:" + "5" * 64}), DIGEST)
-    assert "local push: r/x:t; SOCI index sha256:555555555555" in "\n".join(status._text({**row, "local": lazy}))
+    assert "local push: r/x:t-20261206T203015Z; SOCI index sha256:555555555555" in "\n".join(
+        status._text({**row, "local": lazy}))
+    held = "\n".join(status._text({**row, "version": "t-20261201T000000Z",
+                                   "local": status._local(rec, "sha256:" + "c" * 64)}))
+    assert "  version: t-20261201T000000Z" in held  # the build dev holds, as its promotion record names it
+    assert "local build: DIFFERS: sha256:bbbbbbbbbbbb (t-20261206T203015Z)" in held
 
 
 def test_evidence_expiry_against_the_time_to_live():
@@ -57,7 +64,7 @@ def test_the_text_says_when_evidence_expires():
           "expires": {"at": "2026-12-01T12:00:00+00:00", "in_days": -3.5, "state": "EXPIRED"},
           "gpu": {"green": True, "model": "NVIDIA H200", "driver": "580.159.04", "validated_at": "2026-12-20T00:00:00+00:00",
                   "expires": {"at": "2027-01-19T00:00:00+00:00", "in_days": 4.2, "state": "expiring"}}}
-    row = {"target": "t", "env": "prod", "repository": "r/x", "tags": {}, "digest": DIGEST, "promotion": None,
-           "interrupted": None, "evidence": ev, "local": None, "warnings": []}
+    row = {"target": "t", "env": "prod", "repository": "r/x", "tags": {}, "digest": DIGEST, "version": None,
+           "promotion": None, "interrupted": None, "evidence": ev, "local": None, "warnings": []}
     line = next(ln for ln in status._text(row) if "evidence:" in ln)
     assert "2026-11-01T12:00:00+00:00, EXPIRED 3.5 d ago" in line and "EXPIRES in 4.2 d" in line, line

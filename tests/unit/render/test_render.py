@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -87,6 +88,21 @@ def test_dockerfile_contents(t):
     assert f"ARG TORCH_INDEX_URL={t.index_url}" in df
     if t.flavor == "devel":
         assert "        build-essential \\" in df
+
+
+@pytest.mark.parametrize("t", FLEET, ids=[t.id for t in FLEET])
+def test_the_system_layer_applies_the_os_updates_and_is_keyed_by_the_apt_state(t):
+    """Every os: the system layer upgrades what the base has (its sources hold <release>-updates and -security) before
+    it installs, and its RUN uses GPUFORGE_APT_STATE, so a new value (gpuforge resolves it per build) rebuilds it."""
+    df = render.render_target(t)["Dockerfile"].decode()
+    system = df[df.index("ARG GPUFORGE_APT_STATE=unset\nRUN "):]
+    system = system[:system.index("\n\n")]
+    assert 'echo "apt state: ${GPUFORGE_APT_STATE}"' in system
+    update, upgrade = system.index("apt-get update"), system.index("apt-get upgrade -y")
+    assert update < upgrade < system.index("apt-get install -y --no-install-recommends")
+    assert df.index("ARG GPUFORGE_APT_STATE") < df.index("torch==")  # the torch layer sits above it
+    bake = json.loads(render.bake_file(list(FLEET), list(FLEET)))
+    assert bake["target"][t.id]["args"] == {"GPUFORGE_APT_STATE": "${GPUFORGE_APT_STATE}"}
 
 
 def test_dist_holds_only_per_target_files():
