@@ -32,7 +32,10 @@ for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-regi
            prometheus:prometheus promtool:prometheus nginx:nginx-light unpigz:pigz gh:gh; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
-python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)  # Debian's python3 has no venv/pip without it
+# Debian's python3 has no venv/pip without it (the runner set-up, tools/runner-setup.sh, makes one with it)
+for py in python3 /usr/bin/python3; do
+    [ ! -x "$(command -v "$py")" ] || "$py" -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+done
 trixie_need=()
 for pkg in "${TRIXIE[@]}"; do
     [ "$(dpkg-query -W -f='${Version}' "${pkg%%=*}" 2>/dev/null || true)" = "${pkg#*=}" ] || trixie_need+=("$pkg")

@@ -89,12 +89,20 @@ def test_no_private_keys_or_tokens(root_host, image, timeout):
     assert not tokens, f"files holding token-shaped strings: {tokens}"
 
 
+# The public roots the host's distribution ships (Debian/Ubuntu's ca-certificates). A build's bundle is usually the
+# host's whole trust store: its public roots are in every certifi copy too, and a host and an image whose
+# ca-certificates differ by one security update (a root added or distrusted) would otherwise look like a leak.
+HOST_PUBLIC_ROOTS = Path("/usr/share/ca-certificates/mozilla")
+
+
 def _distinct_certs(ca_path: str, root_host, timeout) -> list[str]:
-    """Certificates of the build's CA bundle that the image's own trust store does not also ship."""
+    """Certificates of the build's CA bundle that are private to it: neither in the image's own trust store nor a
+    public root the host's distribution ships (what is left is the extra CA the build was given, e.g. a proxy's)."""
     text = Path(ca_path).read_text()
     certs = re.findall(r"-----BEGIN CERTIFICATE-----\n(.+?)\n", text)
     system = sh(root_host, "cat /etc/ssl/certs/ca-certificates.crt 2>/dev/null", timeout=timeout, check=False).stdout
-    return [c for c in certs if c not in system]
+    public = "".join(f.read_text(errors="replace") for f in sorted(HOST_PUBLIC_ROOTS.glob("*.crt")))
+    return [c for c in certs if c not in system and c not in public]
 
 
 def test_build_ca_nowhere_in_filesystem(root_host, image, pytestconfig, timeout, facts):
