@@ -193,6 +193,13 @@ def cmd_validate(args) -> int:
 
     m, targets = _targets(args)
     o = options.for_args(args)
+    if o.bundle:  # an isolated GPU runner: signed offline into a file, attached later (`gpuforge attach`)
+        from gpuforge.publish import signed_run
+
+        signer = _bundle_signer(o, targets)
+        return signed_run.validate_into_bundle(targets[0], out=Path(o.bundle), reports=Path(o.reports), signer=signer,
+                                               records=_records(o), pytest_args=o.pytest_args,
+                                               gpu_request=_gpu_request(args), progress_mode=o.progress)
     gpu_request = _gpu_request(args) if o.gpu else None
     if o.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.publish import signed_run
@@ -204,6 +211,35 @@ def cmd_validate(args) -> int:
                                               reuse_from=tuple(o.reuse_from))
     return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
                                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+
+
+def _bundle_signer(o, targets: list):
+    """`validate --bundle`: one target's GPU run, signed offline with a key pair; each other combination one line."""
+    why = ("--bundle and --attest are two ways to deliver one run's statements: give one" if o.attest else
+           "--bundle carries a GPU run's evidence: give --gpu" if not o.gpu else
+           "validate --bundle signs offline with a key pair: give --sign-key cosign.key (or GPUFORGE_COSIGN_KEY); "
+           "keyless signing needs Fulcio and Rekor, so the network" if not o.signing_key else
+           f"--bundle holds one run: select one target ({len(targets)} matched)" if len(targets) != 1 else None)
+    if why:
+        raise ConfigError(why)
+    signer = _signer(o, o.signing_key)
+    if signer.tlog:
+        msg = ("GPUFORGE_COSIGN_TLOG=1: a bundle is signed offline and cannot reach the Rekor transparency log; unset "
+               "it for --bundle")
+        raise ConfigError(msg)
+    return signer
+
+
+def cmd_attach(args) -> int:
+    from gpuforge.publish import attach
+
+    o = options.for_args(args)
+    m = _matrix(args)
+    candidates = [t.on(_registry(args)) for t in (m.select(args.selectors) if args.selectors else m.targets)]
+    attach.attach_bundle(Path(args.bundle), candidates, selected=bool(args.selectors), records=_records(o),
+                         verifier=_verifier_or_none(o), auth=_auth(o), pool=o.pool,
+                         max_age_days=o.evidence_ttl.of("prod"))
+    return 0
 
 
 def cmd_smoke(args) -> int:
@@ -506,6 +542,11 @@ def _publishing(add) -> None:
     add("promote", cmd_promote, "promote validated digests to dev or prod")
     add("attest", cmd_attest, "refused: a report file is not signed after the fact (use `validate --attest`)",
         selectors=False)
+    p = add("attach", cmd_attach, "check a bundle of GPU evidence signed offline (`validate --gpu --bundle` on a runner "
+            "with no registry) and attach its statements to the target's pushed digest; nothing is attached unless "
+            "every check holds (exit 11)", selectors=False)
+    p.add_argument("bundle", help="the bundle file `validate --gpu --bundle` wrote")
+    p.add_argument("selectors", nargs="*", help="the target it is evidence for (default: the one the bundle names)")
     add("canary", cmd_canary, "validate again what an environment holds (pulled by digest, never reused) and sign "
         "the result onto that digest; a red canary blocks its further promotion")
     add("policy", cmd_policy, "write the admission policy (CUE for cosign, or a policy-controller ClusterImagePolicy) "

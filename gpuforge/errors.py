@@ -62,11 +62,12 @@ class PromotionRefused(FatalError):
 
 
 class StateError(FatalError):
-    """A record (state dir) or report file cannot be read or written: malformed, of another shape or schema
-    version, a symlink, or the disk refused (no space, permission, read-only). The line names the file."""
+    """A record (state dir), report or bundle file cannot be read or written: malformed, truncated, of another shape
+    or schema version, a symlink, or the disk refused (no space, permission, read-only). The line names the file."""
 
     return_code = 8
-    what = "a state or report file: no build record, malformed, a symlink, or it cannot be written (disk full, read-only)"
+    what = ("a state, report or bundle file: no build record, malformed or truncated, a symlink, or it cannot be "
+            "written (disk full, read-only)")
     errno: int | None = None
 
 
@@ -83,6 +84,16 @@ class NodeNotFit(FatalError):
 
     return_code = 10
     what = "the GPU node is not fit (readiness blamed the host: driver, GPU health, limits, speed)"
+
+
+class BundleRefused(FatalError):
+    """`gpuforge attach` refused a bundle of offline-signed evidence: a signature that does not verify with the key,
+    another image's layers, another validator set, an expired statement, another pool, another digest. Nothing was
+    attached."""
+
+    return_code = 11
+    what = ("attach refused: the bundle is not evidence for this image here (signature, signer, digest, layers, "
+            "validator set, age, pool); nothing attached")
 
 
 def exit_codes() -> list[tuple[int, str]]:

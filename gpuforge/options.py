@@ -288,7 +288,7 @@ _BUILD, _GPU = ("build",), ("validate", "smoke")
 _FLEET_READS = ("prod-sboms", "outdated", "support", "release-notes")  # read signed evidence from the registry
 _REPORTS = ("validate", "smoke", "promote", "rollback", "canary")
 _REGISTRY_READS = ("status", "history", "rollback")  # promotion state read from (and, rollback, written to) the registry
-_SIGNED = ("validate", "cve-gate", "promote", "policy", "canary", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
+_SIGNED = ("validate", "cve-gate", "promote", "policy", "canary", "attach", *_FLEET_READS, *_REGISTRY_READS)  # sign or verify with cosign
 _REGISTRY_USE = ("push", *_SIGNED)  # speak to a registry (credentials, TLS)
 
 TABLE: tuple[Setting, ...] = (
@@ -317,12 +317,14 @@ TABLE: tuple[Setting, ...] = (
             choices_for=(("policy", ("cue", "policy-controller")),), what="an output format",
             help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools; "
                  "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
-    Setting(name="pool", flag="--pool", commands=("policy",), check=_text,
-            help="the fleet pool (matrix.yaml's fleet) the policy admits images to; none: the non-GPU checks"),
-    Setting(name="evidence_ttl", flag="--max-age-days", commands=("policy", "status", "promote"),
+    Setting(name="pool", flag="--pool", commands=("policy", "attach"), check=_text,
+            help="the fleet pool (matrix.yaml's fleet): policy admits images to it (none: the non-GPU checks); attach "
+                 "refuses a bundle whose GPU host is not a node of it"),
+    Setting(name="evidence_ttl", flag="--max-age-days", commands=("policy", "status", "promote", "attach"),
             env="GPUFORGE_EVIDENCE_TTL_DAYS", default=Ttl(), check=_ttl,
             help="the evidence time to live in days, DAYS or dev=DAYS,prod=DAYS: older evidence does not promote "
-                 "(promote), is not admitted (policy) and is shown as EXPIRED (status)"),
+                 "(promote), is not admitted (policy), is shown as EXPIRED (status) and is not attached (attach: "
+                 "prod's)"),
     # build
     Setting(name="jobs", flag="--jobs", short="-j", commands=_BUILD, default=1, check=_jobs, help="targets built in parallel"),
     Setting(name="keep_going", flag="--keep-going", commands=_BUILD, action="store_true", default=False,
@@ -421,6 +423,10 @@ TABLE: tuple[Setting, ...] = (
             help="sign what this command makes onto the pushed digest with cosign, in this process (validate: this "
                  "run's result, green or not, the only way evidence is signed; cve-gate: the verdict; release-notes: "
                  "release-notes.json)"),
+    Setting(name="bundle", flag="--bundle", commands=("validate",), check=_text,
+            help="validate --gpu on a runner with no registry: sign this run's statements offline with --sign-key "
+                 "into this bundle file, about the build record's pushed digest (no registry call; not with "
+                 "--attest); `gpuforge attach FILE` attaches them where the registry is reachable"),
     Setting(name="no_reuse", flag="--no-reuse", commands=("validate",), action="store_true", default=False,
             help="validate --attest: run the validators even when a signed green run of the same layers, config and "
                  "validator set exists (reuse by content is the default; it needs --key to verify that run)"),
@@ -434,7 +440,8 @@ TABLE: tuple[Setting, ...] = (
             env="GPUFORGE_COSIGN_KEY", check=_cosign_key,
             help="cosign private key that signs (password in COSIGN_PASSWORD): evidence, verdicts, notes, promotion "
                  "records; none: keyless (OIDC)"),
-    Setting(name="verify_key", flag="--key", commands=("validate", "promote", "policy", *_FLEET_READS, *_REGISTRY_READS),
+    Setting(name="verify_key", flag="--key", commands=("validate", "promote", "policy", "attach", *_FLEET_READS,
+                                                       *_REGISTRY_READS),
             env="GPUFORGE_COSIGN_PUBLIC_KEY", check=_public_key,
             help="cosign public key that signed the evidence (keyless: GPUFORGE_COSIGN_IDENTITY + GPUFORGE_COSIGN_ISSUER)"),
     Setting(name="cosign_identity", commands=_SIGNED, env="GPUFORGE_COSIGN_IDENTITY", check=_text,

@@ -224,8 +224,19 @@ def default_build(docker_engine, test_ca):
             assert "build driver:" in r.stdout
             rec = records.require(t.id)
             save(rec)
+    _keep(t, rec)
     print(f"\ndefault image {rec['image_id'][:19]} built on engine {rec['engine']}, image store {rec['image_store']}")
     return t, rec
+
+
+def _keep(t, rec) -> None:
+    """A tag of the run's own on the image a session fixture built: a later build of the same target (another
+    revision, another module) moves the target's tag and leaves the image dangling, and a runner's clean-up (the
+    workflows' `docker image prune` of dangling gpuforge images, run by tests/integration/workflows/) would delete it
+    under the modules still using it."""
+    from gpuforge.engine import client as engine
+
+    engine.client().images.get(rec["image_id"]).tag("gpuforge-test/kept", t.id)
 
 
 KEY_PASSWORD = "cosign-test-key-pass"
@@ -325,6 +336,7 @@ def devel_build(default_build, test_ca):
             assert r.returncode == 0, f"devel build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
             rec = records.require(t.id)
             save(rec)
+    _keep(t, rec)
     return t, rec
 
 

@@ -1,14 +1,18 @@
 """Carry the shipped image to the GPU machine and measure it there, in a container gpuforge starts.
 
 The GPU machine has no registry, no network and no Docker, takes at most ~64 MiB of files per command, and keeps
-/tmp only while it stays warm (a machine idle ~30 s is given back). So the image travels as its root filesystem in
-checked parts, one part per command, back to back (../shared/recipes/real-image-gpu/ is where this started):
+/tmp only while it stays warm (a machine idle ~30 s is given back). So the image travels as `docker save` (its
+layers, config and id) in checked parts, one part per command, back to back, and `docker load` there gives the same
+image id and RootFS layers as the built image: GPU evidence made there is evidence for the built image by content.
 
-  here:   python3 tools/gpu_carry.py parts IMAGE          # .carry/: zstd parts of `docker export`, sha256s, config
+  here:   python3 tools/gpu_carry.py parts IMAGE          # .carry/: zstd parts of `docker save`, sha256s, id, layers
   there:  python3 tools/gpu_carry.py setup                # carried Docker 26.1.5 with CDI      (carry .device .whl)
           python3 tools/gpu_carry.py part NN              # one per part, back to back     (carry .carry/pNN .carry/meta)
-          python3 tools/gpu_carry.py import               # join, check, `docker import` with IMAGE's config (carry .carry/meta .carry/zstd)
+          python3 tools/gpu_carry.py import               # join, check, `docker load`; the id and layers must be the
+                                                          # built image's (carry .carry/meta .carry/zstd)
           python3 tools/gpu_carry.py measure [STEP ...]   # smoke devel selftest expect metrics warm first perf ready faults startup (.whl)
+  here:   python3 tools/gpu_carry.py proof STATE KEY      # .carry/proof: the record, the key and cosign for `measure bundle`,
+                                                          # the GPU run signed offline into one file (`gpuforge attach` here)
 
 Every call carries `.carry/meta/` (the parts' sha256s and the manifest with the image's config: a few kB). Each
 step prints its wall seconds; `measure` writes its raw files under $OUT (at most 8 come back: one tar) and a
@@ -78,22 +82,6 @@ def sh(cmd: list[str] | str, check: bool = False, **kw) -> subprocess.CompletedP
 
 # --- here ---------------------------------------------------------------------------------------------------------
 
-def import_changes(config: dict) -> list[str]:
-    """`docker import --change` instructions that give the imported root filesystem the image's own config."""
-    ch = [f"ENV {e}" for e in config.get("Env") or []]
-    if config.get("Entrypoint"):
-        ch.append("ENTRYPOINT " + json.dumps(config["Entrypoint"]))
-    if config.get("Cmd"):
-        ch.append("CMD " + json.dumps(config["Cmd"]))
-    if config.get("User"):
-        ch.append("USER " + config["User"])
-    if config.get("WorkingDir"):
-        ch.append("WORKDIR " + config["WorkingDir"])
-    ch += [f"EXPOSE {p}" for p in config.get("ExposedPorts") or {}]
-    ch += [f"LABEL {k}={json.dumps(v)}" for k, v in (config.get("Labels") or {}).items()]
-    return ch
-
-
 def parts(image: str) -> int:
     if shutil.which("zstd") is None or shutil.which("docker") is None:
         msg = "parts needs docker and zstd here"
@@ -106,16 +94,13 @@ def parts(image: str) -> int:
     META.mkdir(parents=True)
     ZSTD.mkdir()
     t0 = time.perf_counter()
-    cid = sh(["docker", "create", image, "true"], capture_output=True).stdout.strip()
-    whole = CARRY / "rootfs.tar.zst"
-    try:
-        r = sh(f"docker export {shlex.quote(cid)} | zstd -T0 -9 --long=27 -q -o {shlex.quote(str(whole))}")
-    finally:
-        sh(["docker", "rm", "-f", cid], capture_output=True)
+    whole = CARRY / "image.tar.zst"
+    # docker save keeps what makes the image itself: its config (so its id) and its layers (so its diff_ids)
+    r = sh(f"docker save {shlex.quote(image)} | zstd -T0 -9 --long=27 -q -o {shlex.quote(str(whole))}")
     if r.returncode != 0:
-        msg = "docker export | zstd failed"
+        msg = "docker save | zstd failed"
         raise Fail(msg)
-    export_s = time.perf_counter() - t0
+    save_s = time.perf_counter() - t0
     names = []
     with open(whole, "rb") as f:
         for n in range(100):
@@ -125,10 +110,10 @@ def parts(image: str) -> int:
             (CARRY / f"p{n:02d}").write_bytes(chunk)
             names.append(f"p{n:02d}")
     (META / "parts.sha256").write_text("".join(f"{sha256(CARRY / p)}  {p}\n" for p in names))
-    manifest = {"image": image, "image_id": info[0]["Id"], "labels": info[0]["Config"].get("Labels") or {},
-                "image_bytes": info[0]["Size"], "whole_sha256": sha256(whole), "whole_bytes": whole.stat().st_size,
-                "parts": len(names), "export_zstd_s": round(export_s, 1),
-                "changes": import_changes(info[0]["Config"])}
+    manifest = {"image": image, "image_id": info[0]["Id"], "diff_ids": info[0]["RootFS"]["Layers"],
+                "labels": info[0]["Config"].get("Labels") or {}, "image_bytes": info[0]["Size"],
+                "whole_sha256": sha256(whole), "whole_bytes": whole.stat().st_size, "parts": len(names),
+                "save_zstd_s": round(save_s, 1)}
     whole.unlink()
     (META / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     zstd = Path(shutil.which("zstd")).resolve()
@@ -137,8 +122,8 @@ def parts(image: str) -> int:
         lib = line.split("=>")[-1].split("(")[0].strip()
         if "=>" in line and lib and "libc.so" not in lib:
             shutil.copy2(lib, ZSTD)
-    say(f"{image} ({manifest['image_id'][:19]}): {manifest['whole_bytes'] >> 20} MiB zstd in {len(names)} parts under "
-        f"{CARRY}, export + zstd {export_s:.0f} s")
+    say(f"{image} ({manifest['image_id'][:19]}, {len(manifest['diff_ids'])} layers): {manifest['whole_bytes'] >> 20} MiB "
+        f"zstd in {len(names)} parts under {CARRY}, save + zstd {save_s:.0f} s")
     return 0
 
 
@@ -226,18 +211,22 @@ def import_image() -> int:
         msg = "the joined parts differ from the exported file's sha256"
         raise Fail(msg)
     env = {**engine_env(), "LD_LIBRARY_PATH": str(ZSTD)}
-    changes = " ".join(f"--change {shlex.quote(c)}" for c in m["changes"])
     cat = " ".join(shlex.quote(str(p)) for p in have)
-    r = sh(f"cat {cat} | {shlex.quote(str(ZSTD / 'zstd'))} -dc --long=27 | docker import {changes} - {IMAGE_NAME}",
-           env=env)
+    r = sh(f"cat {cat} | {shlex.quote(str(ZSTD / 'zstd'))} -dc --long=27 | docker load -q", env=env)
     if r.returncode != 0:
-        msg = "docker import failed"
+        msg = "docker load failed"
         raise Fail(msg)
     for p in have:
-        p.unlink()  # the imported image holds it now: free the disk for the runs
-    size = sh(["docker", "image", "inspect", "-f", "{{.Size}}", IMAGE_NAME], env=engine_env(), capture_output=True).stdout
-    say(f"imported {m['image']} ({m['image_id'][:19]}) as {IMAGE_NAME}: {int(size) >> 20} MiB, "
-        f"{time.perf_counter() - t0:.1f} s")
+        p.unlink()  # the loaded image holds it now: free the disk for the runs
+    got = json.loads(sh(["docker", "image", "inspect", m["image_id"]], env=engine_env(), capture_output=True).stdout or "[]")
+    if not got or got[0]["Id"] != m["image_id"] or got[0]["RootFS"]["Layers"] != m["diff_ids"]:
+        same = "equal" if got and got[0]["RootFS"]["Layers"] == m["diff_ids"] else "differ"
+        msg = (f"the loaded image is not the built one: built {m['image_id'][:19]}, here "
+               f"{got[0]['Id'][:19] if got else 'none'} (layers {same})")
+        raise Fail(msg)
+    sh(["docker", "tag", m["image_id"], IMAGE_NAME], env=engine_env(), check=True)
+    say(f"loaded {m['image']}: id {got[0]['Id']} = the built image's, {len(m['diff_ids'])} RootFS layers equal; "
+        f"{int(got[0]['Size']) >> 20} MiB, {time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -430,9 +419,56 @@ def step_devel(out: Path) -> dict:
                                  str(tj), "--gpuforge-report", str(out / "devel-report.json")])
 
 
+PROOF = CARRY / "proof"  # here: the build record, the signing key and cosign for `measure bundle` (carried with it)
+
+
+def proof(state_dir: str, key: str) -> int:
+    """Here: what `measure bundle` needs there: the build record of the carried image (it names the pushed digest the
+    bundle's statements are about), the key pair's private key and its password (COSIGN_PASSWORD), and cosign."""
+    rec = Path(state_dir) / "builds.json"
+    pw = os.environ.get("COSIGN_PASSWORD")
+    if not rec.is_file() or not Path(key).is_file() or pw is None or shutil.which("cosign") is None:
+        msg = "proof STATE_DIR KEY needs STATE_DIR/builds.json, the key file, COSIGN_PASSWORD and cosign here"
+        raise Fail(msg)
+    shutil.rmtree(PROOF, ignore_errors=True)
+    (PROOF / "state").mkdir(parents=True)
+    shutil.copy2(rec, PROOF / "state" / "builds.json")
+    shutil.copy2(key, PROOF / "cosign.key")
+    (PROOF / "cosign.password").write_text(pw)
+    sh(f"xz -T0 -6 -c {shlex.quote(str(Path(shutil.which('cosign')).resolve()))} > {shlex.quote(str(PROOF / 'cosign.xz'))}",
+       check=True)
+    say(f"proof: record, key and cosign under {PROOF} ({sum(f.stat().st_size for f in PROOF.rglob('*') if f.is_file()) >> 20} MiB)")
+    return 0
+
+
+def step_bundle(out: Path) -> dict:
+    """`gpuforge validate T --gpu --bundle` on the loaded image (the built image's id): the GPU run signed offline with
+    the key into one bundle file, for `gpuforge attach` on the connected side (carry .carry/proof with it)."""
+    m = json.loads((META / "manifest.json").read_text())
+    tid = m["labels"].get("io.gpuforge.target")
+    if not (PROOF / "state" / "builds.json").is_file():
+        msg = "carry .carry/proof (tools/gpu_carry.py proof STATE_DIR KEY, here) with `measure bundle`"
+        raise Fail(msg)
+    bin_dir = Path("/tmp/gpuforge-cosign")
+    bin_dir.mkdir(exist_ok=True)
+    sh(f"xz -dc {shlex.quote(str(PROOF / 'cosign.xz'))} > {bin_dir / 'cosign'} && chmod +x {bin_dir / 'cosign'}", check=True)
+    state = Path("/tmp/gpuforge-proof-state")
+    shutil.rmtree(state, ignore_errors=True)
+    shutil.copytree(PROOF / "state", state)
+    rec = json.loads((state / "builds.json").read_text())["builds"][tid]
+    os.environ.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFORGE_STATE_DIR": str(state),
+                       "GPUFORGE_COSIGN_KEY": str(PROOF / "cosign.key"),
+                       "COSIGN_PASSWORD": (PROOF / "cosign.password").read_text(),
+                       "GPUFORGE_REGISTRY": rec["pushed_ref"].split("/", 1)[0]})
+    res = _timed(out, "bundle", [*G, "validate", tid, "--gpu", *GPU, "--bundle", str(out / "gpu.bundle"),
+                                 "--reports", str(out / "reports-bundle")])
+    res["image_id"] = m["image_id"]
+    return res
+
+
 STEPS = {"smoke": step_smoke, "devel": step_devel, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
          "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults,
-         "startup": step_startup}
+         "startup": step_startup, "bundle": step_bundle}
 
 
 def measure(names: list[str]) -> int:
@@ -464,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("parts").add_argument("image")
+    pr = sub.add_parser("proof")
+    pr.add_argument("state_dir")
+    pr.add_argument("key")
     sub.add_parser("setup")
     sub.add_parser("part").add_argument("n")
     sub.add_parser("import")
@@ -473,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "parts":
             return parts(args.image)
+        if args.cmd == "proof":
+            return proof(args.state_dir, args.key)
         if args.cmd == "setup":
             return setup()
         if args.cmd == "part":

@@ -127,7 +127,8 @@ def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool, max_
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "
                    f"({why_missing(t, preds, **kw)}); run the GPU validation on a runner of each "
-                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --sign-key cosign.key`)")
+                   "(images.yml's gpu job: `gpuforge validate --gpu --attest --sign-key cosign.key`; a runner with no "
+                   "registry: `validate --gpu --bundle`, then `gpuforge attach`)")
     if require_cve:
         probs = cve.cve_ok(attest.verified_predicates(ref, cve.CVE_TYPE, verifier), digest=str(ImageRef.parse(ref).digest),
                            built_at=record.built_at)

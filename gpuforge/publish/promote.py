@@ -229,20 +229,22 @@ def judge(ref: str, image: str | Manifest, verifier: attest.Verifier, *, require
     newest = signed[-1]
     rep = reports[newest.index]
     check(newest, "validation", rep.gpu_run() and require_gpu)
-    gpu_layer = model = driver = gpu_at = None
+    gpu_layer = gpu_at = None
+    gpu_rep = rep if rep.gpu_run() else None
     if require_gpu:
         gpu_runs = [s for s in signed if reports[s.index].gpu_run()]
         if not gpu_runs:
             _refuse(who, f"{ref} carries no signed GPU validation (prod requires GPU evidence: run "
-                         f"`gpuforge validate --gpu --attest` on a GPU runner, or pass --allow-no-gpu to promote without it)")
+                         f"`gpuforge validate --gpu --attest` on a GPU runner, or `validate --gpu --bundle` and "
+                         f"`gpuforge attach` where it has no registry; or pass --allow-no-gpu to promote without it)")
         check(gpu_runs[-1], "GPU validation", True)
         gpu_layer = gpu_runs[-1].layer
-        model, driver = reports[gpu_runs[-1].index].gpu_summary()
-        gpu_at = reports[gpu_runs[-1].index].validated_at()
-    elif rep.gpu_run():
-        model, driver = rep.gpu_summary()
+        gpu_rep = reports[gpu_runs[-1].index]
+        gpu_at = gpu_rep.validated_at()
+    model, driver = gpu_rep.gpu_summary() if gpu_rep else (None, None)
     return Evidence(validation=newest.layer, green=True, gpu=gpu_layer, gpu_model=model, driver=driver,
                     validated_at=rep.validated_at(), gpu_validated_at=gpu_at if gpu_layer else None,
+                    gpu_signed_offline=bool(gpu_rep and gpu_rep.run and gpu_rep.run.signed_offline),
                     validator_set=rep.evidence.validator_set if rep.evidence else None)
 
 

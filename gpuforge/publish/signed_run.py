@@ -5,20 +5,26 @@ statement on a digest decides promotion, so a red run after a green one blocks i
 
 The run must know the digest it proves, so it validates after `gpuforge push` (it refuses otherwise) and
 checks first that the registry's manifest at that digest is the very image it is about to validate.
+
+One path builds what is signed (`to_sign`, through `sign_report`); it goes onto the registry as it is signed, or, on a
+GPU runner with no registry (`validate --gpu --bundle FILE`), into a bundle file signed offline, which `gpuforge
+attach` checks and attaches on a machine that reaches the registry (gpuforge.publish.bundle, gpuforge.publish.attach).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
 from gpuforge.plan.matrix import Target
-from gpuforge.publish import prod, reuse, runinfo, statements
+from gpuforge.publish import bundle, prod, reuse, runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state import files
@@ -28,13 +34,20 @@ from gpuforge.validate import sbom as cyclonedx
 from gpuforge.validate.report_model import Report
 
 
-def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
-    """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
+def recorded_ref(t: Target, records: Records, *, how: str = "validate --attest") -> str:
+    """host/repo@digest of the target's pushed image as its build record names it (no registry is asked)."""
     rec = records.require_build(t.id)
     if not rec.digest:
-        msg = (f"{t.id}: validate --attest signs onto the pushed digest, and {t.id} was never pushed: run "
+        msg = (f"{t.id}: {how} signs about the pushed digest, and {t.id} was never pushed: run "
                f"`gpuforge push {t.id}` first")
         raise PromotionRefused(msg)
+    return str(t.ref.pinned(rec.digest))
+
+
+def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
+    """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
+    recorded_ref(t, records)
+    rec = records.require_build(t.id)
     pushed = t.ref
     m = Registry(signer.auth).manifest(pushed.pinned(rec.digest))
     if m is None or not m.holds(rec.image_id):  # config digest (graphdriver) or the digest itself (containerd)
@@ -44,36 +57,69 @@ def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     return str(pushed.pinned(rec.digest))
 
 
-def statement(rep: dict | Report, ref: str) -> dict:
+def statement(rep: dict | Report, ref: str, *, offline: bool = False) -> dict:
     """The validation predicate: the run's report plus who signed it, and that it was signed in the run (checked
-    against the report's shape before it is signed, so promotion can read what was signed)."""
+    against the report's shape before it is signed, so promotion can read what was signed). `offline`: signed into a
+    bundle, to be attached later (`run.signed_offline`)."""
     report = Report.of(rep, "the report to sign")
     info = runinfo.current().model_dump(mode="json")
     run = {**(report.run.model_dump(exclude_unset=True) if report.run else {}), **info, "signed_in_run": True,
-           "subject": ref, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+           "subject": ref, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+           **({"signed_offline": True} if offline else {})}
     return Report.of({**report.dump(), "run": run}, "the statement to sign").dump()
 
 
-def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
-                os_name: str = "") -> None:
-    """Sign one run's report onto `ref`, as gpuforge's predicate and as an in-toto Test Result (naming the fleet pools
-    of `target` the run's GPU host is a node of), and the image's inventory. The only signing path for evidence."""
-    stmt = statement(rep, ref)
-    signed = Report.of(stmt)
+@dataclass(frozen=True)
+class ToSign:
+    """One statement a run signs about its digest: the predicate type and the predicate."""
+
+    type_uri: str
+    predicate: dict
+
+
+class Delivery(Protocol):
+    """Where signed statements go: onto the registry (`onto_registry`), or into a bundle file
+    (gpuforge.publish.bundle.Collector), to be attached on a machine that reaches the registry."""
+
+    def __call__(self, ref: str, item: ToSign) -> None: ...
+
+
+def onto_registry(signer: attest.Signer) -> Delivery:
+    """Sign each statement onto `ref` with cosign attest, as it comes."""
+    def deliver(ref: str, item: ToSign) -> None:
+        attest.attest_data(ref, item.predicate, item.type_uri, signer=signer)
+    return deliver
+
+
+def to_sign(ref: str, rep: dict | Report, *, target: Target, inventory: dict | None = None, os_name: str = "",
+            offline: bool = False) -> list[ToSign]:
+    """What one run's report makes about `ref`, each checked before anything is signed, in the order they are signed:
+    gpuforge's predicate, an in-toto Test Result per fleet pool of `target` the run's GPU host is a node of, and the
+    image's inventory with its CycloneDX SBOM. The one place that builds the statements evidence is signed as."""
+    stmt = statement(rep, ref, offline=offline)
     # when the checks ran: a reuse's statements carry its source's time, so an admission policy's cut-off sees
     # the evidence's real age (Report.validated_at)
-    at = prod.signed_time(signed.validated_at())
-    results = statements.test_results(signed, ref=ref, target=target, signed_at=at)  # checked before anything is signed
-    attest.attest_data(ref, stmt, attest.VALIDATION_TYPE, signer=signer)
-    for result in results:
-        attest.attest_data(ref, result, statements.TEST_RESULT_TYPE, signer=signer)
+    at = prod.signed_time(Report.of(stmt).validated_at())
+    out = [ToSign(type_uri=attest.VALIDATION_TYPE, predicate=stmt)]
+    out += [ToSign(type_uri=statements.TEST_RESULT_TYPE, predicate=r)
+            for r in statements.test_results(Report.of(stmt), ref=ref, target=target, signed_at=at)]
     if inventory:
-        attest.attest_data(ref, inventory, attest.INVENTORY_TYPE, signer=signer)
-        with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
-            cdx = cyclonedx.write(Path(d) / "sbom.cdx.json", target_id=inventory["target"],
-                                  image_id=inventory["image_id"], os_name=os_name,
-                                  inventory={k: v for k, v in inventory.items() if k not in ("target", "image_id")})
-            attest.attest(ref, cdx, "cyclonedx", signer=signer)
+        out.append(ToSign(type_uri=attest.INVENTORY_TYPE, predicate=inventory))
+        bom = cyclonedx.bom(target_id=inventory["target"], image_id=inventory["image_id"], os_name=os_name,
+                            inventory={k: v for k, v in inventory.items() if k not in ("target", "image_id")})
+        out.append(ToSign(type_uri="cyclonedx", predicate=json.loads(cyclonedx.to_json(bom))))
+    return out
+
+
+def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
+                os_name: str = "", deliver: Delivery | None = None) -> list[ToSign]:
+    """Sign one run's report onto `ref` (to_sign's statements), or, with `deliver`, hand them there (a bundle). The only
+    signing path for evidence. Returns what was signed."""
+    items = to_sign(ref, rep, target=target, inventory=inventory, os_name=os_name, offline=deliver is not None)
+    send = deliver or onto_registry(signer)
+    for item in items:
+        send(ref, item)
+    return items
 
 
 def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.Signer, records: Records,
@@ -101,6 +147,35 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
         return 0
     return pytest_run.validate_targets(left, reports=reports, records=records, pytest_args=pytest_args, gpu=gpu,
                                        gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)
+
+
+def validate_into_bundle(t: Target, *, out: Path, reports: Path, signer: attest.Signer, records: Records,
+                         pytest_args: str = "", gpu_request: str = "nvidia", progress_mode: str = "auto") -> int:
+    """`validate --gpu --bundle OUT` on a GPU runner that cannot reach the registry: the GPU validators run on the image
+    the build record names (by image id, already in the engine: `docker load` of the pushed image), and this run's
+    statements, the same `validate --gpu --attest` signs, are signed offline about the record's pushed digest into the
+    bundle file OUT (gpuforge.publish.bundle), green or not. No registry is asked; `gpuforge attach OUT` attaches them
+    where one is."""
+    ref = recorded_ref(t, records, how="validate --bundle")  # refusals before the first check runs
+    bundle.preflight(out, ref=ref, signer=signer)
+
+    def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+        contents = sign_into_bundle(ref, rep, signer=signer, target=t, out=out)
+        print(f"gpuforge: signed this run's GPU validation ({'green' if contents.green else 'NOT green'}) of {t.id} "
+              f"about {ref} offline into {out} ({len(contents.statements)} statement(s), GPU "
+              f"{', '.join(contents.gpu_host.gpu_names) or 'unknown'}, driver {contents.gpu_host.driver}); carry it "
+              f"to a machine that reaches the registry and run `gpuforge attach {out.name} {t.id}`", flush=True)
+
+    return pytest_run.validate_targets([t], reports=reports, records=records, pytest_args=pytest_args, gpu=True,
+                                       gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)
+
+
+def sign_into_bundle(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target,
+                     out: Path) -> bundle.Contents:
+    """One GPU run's statements (sign_report's, delivered into a bundle), signed offline and written to `out`."""
+    collected = bundle.Collector(signer)
+    items = sign_report(ref, rep, signer=signer, target=target, deliver=collected)
+    return bundle.write(out, ref=ref, target_id=target.id, report=items[0].predicate, collected=collected)
 
 
 def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, records: Records,

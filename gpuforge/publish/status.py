@@ -64,7 +64,8 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
         model, driver = gpu_runs[-1].gpu_summary()
         out["gpu"] = {"green": not evidence.problems(gpu_runs[-1], require_gpu=True), "model": model, "driver": driver,
                       "validated_at": gpu_runs[-1].validated_at(),
-                      "expires": expiry(gpu_runs[-1].validated_at(), ttl_days)}
+                      "expires": expiry(gpu_runs[-1].validated_at(), ttl_days),
+                      "signed_offline": bool(gpu_runs[-1].run and gpu_runs[-1].run.signed_offline)}
     return out
 
 
@@ -200,7 +201,8 @@ def _text(row: dict) -> list[str]:
         gpu = ev["gpu"]
         gpu_s = (f"GPU {'green' if gpu['green'] else 'RED'} on {gpu['model'] or 'unknown GPU'}"
                  f"{' driver ' + gpu['driver'] if gpu['driver'] else ''} ({gpu['validated_at']}"
-                 f"{_expiry_text(gpu.get('expires'))})") if gpu else "no GPU evidence"
+                 f"{_expiry_text(gpu.get('expires'))}"
+                 f"{'; signed offline, attached from a bundle' if gpu.get('signed_offline') else ''})") if gpu else "no GPU evidence"
         lines.append(f"  evidence: {'GREEN' if ev['green'] else 'NOT GREEN'} (newest of {ev['signed']} signed run(s), "
                      f"{ev.get('validated_at')}{_expiry_text(ev.get('expires'))}); {gpu_s}")
         for c in ev.get("canaries") or ():
@@ -249,6 +251,15 @@ def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier 
     return 0
 
 
+def _gpu_text(ev: dict) -> str:
+    """The GPU run a promotion relied on, as history says it: model, driver, when, and whether it came from a bundle."""
+    if not ev.get("gpu_model"):
+        return "no GPU"
+    return (f"{ev['gpu_model']}{' driver ' + ev['driver'] if ev.get('driver') else ''}"
+            f"{' at ' + ev['gpu_validated_at'] if ev.get('gpu_validated_at') else ''}"
+            f"{', signed offline, attached from a bundle' if ev.get('gpu_signed_offline') else ''}")
+
+
 def show_history(t: Target, *, env: str, verifier: attest.Verifier | None, as_json: bool) -> int:
     verifier = _verifier(verifier)
     pushed = t.ref
@@ -265,9 +276,8 @@ def show_history(t: Target, *, env: str, verifier: attest.Verifier | None, as_js
         extra = [*(["WITHOUT GPU evidence"] if r["allow_no_gpu"] else []), *(["resumed"] if r["resumed"] else []),
                  *([f"replaced {', '.join(r['replaced'])}"] if r["replaced"] else []),
                  *([f"back to #{r['rollback_to_seq']}"] if r["rollback_to_seq"] is not None else [])]
-        gpu = r["evidence"].get("gpu_model")
         print(f"#{r['seq']:<3} {r['at']}  {what:<9} {r['digest'][:19]}  {', '.join(r['moved'])}  "
-              f"(run {r['run']}, git {(r['git_revision'] or 'unknown')[:12]}, {gpu or 'no GPU'})"
+              f"(run {r['run']}, git {(r['git_revision'] or 'unknown')[:12]}, {_gpu_text(r['evidence'])})"
               f"{'  [' + '; '.join(extra) + ']' if extra else ''}")
     for w in h.warnings:
         print(f"warning: {w}", file=sys.stderr)

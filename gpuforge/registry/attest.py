@@ -3,7 +3,10 @@
 `attest_data` attaches an in-memory statement (a validation run's result, the image's inventory, a
 promotion record) to a pushed image digest as an in-toto attestation; `verified_statements` reads them
 back with `cosign verify-attestation`, in registry order (the order cosign appended them), so promotion
-(and any consumer) judges signed statements on the registry, never a local file.
+(and any consumer) judges signed statements on the registry, never a local file. Offline (a GPU runner with no
+registry): `envelope` signs a statement about a named digest into the DSSE envelope `cosign attest` would push, without
+pushing it; `envelope_verifies` checks one against the public key; `attach` appends such envelopes to the digest's
+attestations later, on a machine that reaches the registry (gpuforge.publish.bundle, gpuforge.publish.attach).
 
 Signing (a Signer): a key pair (`--sign-key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification (a Verifier): the
@@ -156,6 +159,70 @@ def attest_data(ref: str, data: dict, type_uri: str, *, signer: Signer) -> None:
         p.touch(mode=0o600)
         p.write_text(json.dumps(data, sort_keys=True))
         attest(ref, p, type_uri, signer=signer)
+
+
+def envelope(ref: str, data: dict, type_uri: str, *, signer: Signer) -> str:
+    """The DSSE envelope `cosign attest` would push for `data` about `ref` (host/repo@sha256:...), made with no registry
+    call (`cosign attest --no-upload`: the digest is named, so nothing is resolved) and no log: one JSON line, what
+    `cosign attach attestation` takes later. A key pair only (keyless needs Fulcio and Rekor, so the network)."""
+    if not signer.key or signer.tlog:
+        msg = ("offline signing takes a key pair and no transparency log: give --sign-key cosign.key (or "
+               "GPUFORGE_COSIGN_KEY) and leave GPUFORGE_COSIGN_TLOG unset")
+        raise ConfigError(msg)
+    with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
+        p = Path(d) / "predicate.json"
+        p.touch(mode=0o600)
+        p.write_text(json.dumps(data, sort_keys=True))
+        args = ["attest", "--yes", "--no-upload", "--type", type_uri, "--predicate", str(p), *signer.args(), ref]
+        r = _cosign(args, ImageRef.parse(ref).registry, "attest --no-upload", ANONYMOUS)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or len(lines) != 1:
+        text = (r.stderr or r.stdout).strip()
+        msg = f"cosign attest --no-upload {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
+        raise ConfigError(msg)
+    return lines[0]
+
+
+def envelope_verifies(text: str, type_uri: str, verifier: Verifier) -> str | None:
+    """None when the DSSE envelope `text` (one JSON document) is signed by the verifier's public key; else cosign's
+    reason. Offline: `cosign verify-blob-attestation` checks the signature over the envelope's payload only (no
+    registry, no log: statements signed into a bundle never went to one)."""
+    if not verifier.key:
+        msg = "a bundle's statements are verified with a public key: give --key cosign.pub (or GPUFORGE_COSIGN_PUBLIC_KEY)"
+        raise ConfigError(msg)
+    with tempfile.TemporaryDirectory(prefix="gpuforge-verify-") as d:
+        p = Path(d) / "envelope.json"
+        p.write_text(text)
+        args = ["verify-blob-attestation", "--key", verifier.key, "--signature", str(p), "--type", type_uri,
+                "--check-claims=false", "--insecure-ignore-tlog=true"]
+        r = _cosign(args, "", "verify-blob-attestation", ANONYMOUS)
+    if r.returncode == 0:
+        return None
+    lines = [line for line in (r.stderr or r.stdout).strip().splitlines() if not line.startswith("WARNING")]
+    return lines[-1].removeprefix("error during command execution: ")[-300:] if lines else f"cosign exit {r.returncode}"
+
+
+def attach(ref: str, envelopes: list[str], *, auth: RegistryAuth) -> None:
+    """Append the DSSE envelopes, in order, to the attestations of `ref` (host/repo@sha256:...) with `cosign attach
+    attestation`: each becomes the last layer of the digest's `.att` manifest, as `cosign attest` appends one."""
+    host = ImageRef.parse(ref).registry
+    with tempfile.TemporaryDirectory(prefix="gpuforge-attach-") as d:
+        paths = []
+        for i, text in enumerate(envelopes):
+            p = Path(d) / f"{i:03d}.json"
+            p.write_text(text + "\n")
+            paths += ["--attestation", str(p)]
+        r = _cosign(["attach", "attestation", *paths, ref], host, "attach attestation", auth)
+    if r.returncode != 0:
+        text = (r.stderr or r.stdout).strip()
+        if "connection refused" in text:
+            msg = f"cannot reach registry {host} to attach attestations to {ref}"
+        elif denied(text):
+            msg = (f"registry {host} refused the credentials for attaching to {ref} (the account needs push; set "
+                   "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
+        else:
+            msg = f"cosign attach attestation {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
+        raise RegistryError(msg)
 
 
 @dataclass(frozen=True)

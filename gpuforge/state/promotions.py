@@ -41,6 +41,7 @@ class Evidence(BaseModel):
     driver: str | None = None
     validated_at: str | None = None  # what the signed run says (never used to order; promote holds it to the TTL)
     gpu_validated_at: str | None = None  # the same, of the GPU statement
+    gpu_signed_offline: bool = False  # that GPU statement was signed into a bundle and attached later (gpuforge attach)
     validator_set: str | None = None
 
 

@@ -30,7 +30,8 @@ def image_labels(image_id: str) -> dict[str, str]:
     try:
         img = engine.client().images.get(image_id)
     except docker.errors.ImageNotFound:
-        msg = f"image {image_id[:19]} is not in the engine; run `gpuforge build` first"
+        msg = (f"image {image_id[:19]} (the build record's) is not in the engine; run `gpuforge build` first, or "
+               "`docker load` the saved image (docker save and load keep its id)")
         raise EngineError(msg) from None
     return img.attrs.get("Config", {}).get("Labels") or {}
 

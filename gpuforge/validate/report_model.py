@@ -87,7 +87,8 @@ class ReusedFrom(BaseModel):
 
 class Run(BaseModel):
     """Who made the report (gpuforge.validate.report.finish) and, in a signed statement, who signed it in the run
-    (gpuforge.publish.signed_run: the RunInfo fields, signed_in_run, subject, signed_at)."""
+    (gpuforge.publish.signed_run: the RunInfo fields, signed_in_run, subject, signed_at; signed_offline when the run
+    signed into a bundle rather than onto the registry)."""
 
     model_config = _SHAPE
     gpuforge_version: str | None = None
@@ -104,6 +105,7 @@ class Run(BaseModel):
     signed_at: str | None = None
     reused_from: ReusedFrom | None = None
     canary: str | None = None  # `gpuforge canary --env ENV`: a re-run on the digest ENV holds
+    signed_offline: bool = False  # `validate --gpu --bundle`: signed with no registry, attached later (`gpuforge attach`)
 
 
 class Report(BaseModel):
