@@ -424,7 +424,8 @@ PROOF = CARRY / "proof"  # here: the build record, the signing key and cosign fo
 
 def proof(state_dir: str, key: str) -> int:
     """Here: what `measure bundle` needs there: the build record of the carried image (it names the pushed digest the
-    bundle's statements are about), the key pair's private key and its password (COSIGN_PASSWORD), and cosign."""
+    bundle's statements are about), the key pair's private key and its password (COSIGN_PASSWORD), and cosign; a
+    matrix.yaml put beside them (the fleet pool the GPU machine is a node of) is the one the run there reads."""
     rec = Path(state_dir) / "builds.json"
     pw = os.environ.get("COSIGN_PASSWORD")
     if not rec.is_file() or not Path(key).is_file() or pw is None or shutil.which("cosign") is None:
@@ -439,6 +440,34 @@ def proof(state_dir: str, key: str) -> int:
        check=True)
     say(f"proof: record, key and cosign under {PROOF} ({sum(f.stat().st_size for f in PROOF.rglob('*') if f.is_file()) >> 20} MiB)")
     return 0
+
+
+GLIBC = ("libc.so", "libm.so", "libpthread.so", "libdl.so", "librt.so", "libresolv.so", "ld-linux", "linux-vdso")
+
+
+def _openssh_client() -> None:
+    """The validators' journeys log in with OpenSSH's client, which the GPU machine lacks: where it has none, the
+    loaded image's own (Debian's openssh-client, a dependency of its sshd) is copied out with the libraries it links
+    beyond glibc, and put first on PATH. The same client `tools/start-engine.sh` installs on a runner."""
+    if shutil.which("ssh"):
+        return
+    env, d = engine_env(), Path("/tmp/gpuforge-openssh")
+    (d / "lib").mkdir(parents=True, exist_ok=True)
+    libs = sh(["docker", "run", "--rm", "--network", "none", "--entrypoint", "ldd", IMAGE_NAME, "/usr/bin/ssh"],
+              env=env, capture_output=True).stdout
+    paths = [ln.split("=>")[1].split("(")[0].strip() for ln in libs.splitlines() if "=>" in ln]
+    cid = sh(["docker", "create", IMAGE_NAME, "true"], env=env, capture_output=True, check=True).stdout.strip()
+    try:
+        sh(["docker", "cp", "-L", f"{cid}:/usr/bin/ssh", str(d / "ssh.bin")], env=env, check=True)
+        for lib in (p for p in paths if p and not any(g in p for g in GLIBC)):
+            sh(["docker", "cp", "-L", f"{cid}:{lib}", str(d / "lib" / Path(lib).name)], env=env, check=True)
+    finally:
+        sh(["docker", "rm", "-f", cid], env=env, capture_output=True)
+    (d / "ssh").write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={d / "lib"} exec {d / "ssh.bin"} "$@"\n')
+    (d / "ssh").chmod(0o755)
+    os.environ["PATH"] = f"{d}:{os.environ['PATH']}"
+    say(f"openssh client: the image's ({sh([str(d / 'ssh'), '-V'], capture_output=True).stderr.strip()}), "
+        f"{len(list((d / 'lib').iterdir()))} libraries")
 
 
 def step_bundle(out: Path) -> dict:
@@ -460,7 +489,9 @@ def step_bundle(out: Path) -> dict:
                        "GPUFORGE_COSIGN_KEY": str(PROOF / "cosign.key"),
                        "COSIGN_PASSWORD": (PROOF / "cosign.password").read_text(),
                        "GPUFORGE_REGISTRY": rec["pushed_ref"].split("/", 1)[0]})
-    res = _timed(out, "bundle", [*G, "validate", tid, "--gpu", *GPU, "--bundle", str(out / "gpu.bundle"),
+    _openssh_client()
+    matrix = ["--matrix", str(PROOF / "matrix.yaml")] if (PROOF / "matrix.yaml").is_file() else []
+    res = _timed(out, "bundle", [*G, *matrix, "validate", tid, "--gpu", *GPU, "--bundle", str(out / "gpu.bundle"),
                                  "--reports", str(out / "reports-bundle")])
     res["image_id"] = m["image_id"]
     return res
