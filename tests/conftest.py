@@ -416,8 +416,8 @@ LONGEST_FIRST = (
                                                             # run's push + validation (with clean beside it), the devel
                                                             # build and its canary (the devel image's full validation)
     "tests/integration/builder/test_buildx.py",             # ~110 s: after the engine matrix, on its worker
-    "tests/integration/workflows/test_act.py",              # ~600 s: next on that worker, the shipped workflows under
-                                                            # act: two image jobs (push, validation, CVE gate, dev), ci
+    "tests/integration/workflows/test_act.py",              # ~590 s: the shipped workflows under act, on the worker
+                                                            # free first: two image jobs (push, validation, dev), ci
     "tests/integration/validate/test_broken_images.py",     # ~220 s: then the two parts of the validators' tests, one
     "tests/integration/validate/test_validators.py",        # ~100 s  to each worker, as each nears its end
     "tests/integration/validate/test_devel_target.py",      # ~40 s: the broken devel images (`devel_canary` validated it)

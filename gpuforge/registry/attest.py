@@ -139,16 +139,22 @@ def attest(ref: str, predicate: Path, type_uri: str, *, signer: Signer) -> None:
     host = ImageRef.parse(ref).registry
     args = ["attest", "--yes", "--type", type_uri, "--predicate", str(predicate), *signer.args(), ref]
     r = _cosign(args, host, "attest", signer.auth)
-    if r.returncode != 0:
-        text = (r.stderr or r.stdout).strip()
-        if "connection refused" in text:
-            msg = f"cannot reach registry {host} to sign {ref}"
-        elif denied(text):
-            msg = (f"registry {host} refused the credentials for signing {ref} (the account needs push; set "
-                   "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
-        else:
-            msg = f"cosign attest {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
-        raise RegistryError(msg)
+    _pushed_or_raise(r, host, ref, command="attest", to="to sign", doing="signing")
+
+
+def _pushed_or_raise(r: subprocess.CompletedProcess, host: str, ref: str, *, command: str, to: str, doing: str) -> None:
+    """A cosign command that writes to the registry: its failure as one line, the registry's reason first."""
+    if r.returncode == 0:
+        return
+    text = (r.stderr or r.stdout).strip()
+    if "connection refused" in text:
+        msg = f"cannot reach registry {host} {to} {ref}"
+    elif denied(text):
+        msg = (f"registry {host} refused the credentials for {doing} {ref} (the account needs push; set "
+               "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
+    else:
+        msg = f"cosign {command} {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
+    raise RegistryError(msg)
 
 
 def attest_data(ref: str, data: dict, type_uri: str, *, signer: Signer) -> None:
@@ -213,16 +219,7 @@ def attach(ref: str, envelopes: list[str], *, auth: RegistryAuth) -> None:
             p.write_text(text + "\n")
             paths += ["--attestation", str(p)]
         r = _cosign(["attach", "attestation", *paths, ref], host, "attach attestation", auth)
-    if r.returncode != 0:
-        text = (r.stderr or r.stdout).strip()
-        if "connection refused" in text:
-            msg = f"cannot reach registry {host} to attach attestations to {ref}"
-        elif denied(text):
-            msg = (f"registry {host} refused the credentials for attaching to {ref} (the account needs push; set "
-                   "GPUFORGE_REGISTRY_USER/GPUFORGE_REGISTRY_PASSWORD, `docker login`, or a credential helper)")
-        else:
-            msg = f"cosign attach attestation {ref} failed: {text.splitlines()[-1][-300:] if text else f'exit {r.returncode}'}"
-        raise RegistryError(msg)
+    _pushed_or_raise(r, host, ref, command="attach attestation", to="to attach attestations to", doing="attaching to")
 
 
 @dataclass(frozen=True)
