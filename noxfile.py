@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["lint", "tests"]
@@ -13,16 +17,31 @@ PY = "3.11"
 
 
 # two workers on two cores (tests/conftest.py orders the modules). A third filled the cores' waits here (21.1 min against
-# 21.9), but CI ran it in 1,338 s against two workers' 1,207 s (docs/ci.md). The 25 slowest steps are listed beside the
-# per-module table: where the next cut of #27 is
+# 21.9), but CI ran it in 1,338 s against two workers' 1,207 s (docs/measurements/ci-suite.md). The 25 slowest steps are
+# listed beside the per-module table: where the next cut of the run's time is
 WORKERS = 2
 PARALLEL = ["-n", str(WORKERS), "--dist", "loadfile", "--no-loadscope-reorder", "--durations", "25"]
 LOCK = "requirements/dev.lock"  # every dependency and extra, pinned with hashes (`nox -s lock` rewrites it)
 
 
+# the lock's last part: wheels whose Requires-Python is newer than this Python though they run on it (pyproject's
+# [tool.gpuforge.apart]), after a line naming the Python to install them as for (gpuforge.render.locks.APART)
+APART = re.compile(r"^# --- installed apart, as for Python ([0-9.]+):.*$", re.M)
+
+
 def _install(session: nox.Session, *extras: str) -> None:
-    """The locked environment (hash-checked), then gpuforge itself without resolving anything."""
-    session.install("--require-hashes", "-r", LOCK)
+    """The locked environment (hash-checked), then gpuforge itself without resolving anything. The lock's apart part
+    goes in last, with no dependency resolved: uv as for the Python its line names, pip ignoring Requires-Python."""
+    text = Path(LOCK).read_text()
+    m = APART.search(text)
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = Path(tmp, "resolved.lock"), Path(tmp, "apart.lock")
+        parts[0].write_text(text[:m.start()] if m else text)
+        session.install("--require-hashes", "-r", str(parts[0]))
+        if m:
+            parts[1].write_text(text[m.start():])
+            how = ["--python-version", m[1]] if session.venv_backend == "uv" else ["--ignore-requires-python"]
+            session.install(*how, "--no-deps", "--require-hashes", "-r", str(parts[1]))
     session.install("--no-deps", "-e", ".")
 
 

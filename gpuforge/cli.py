@@ -130,12 +130,10 @@ def cmd_generate(args) -> int:
 
 
 def cmd_lock(args) -> int:
-    from importlib import resources
-
     from gpuforge.render import locks
 
     m = _matrix(args)
-    out = Path(str(resources.files("gpuforge.render").joinpath("data/locks")))
+    out = locks.locks_to_write()
     for f in locks.compile_image_locks(list(m.targets), out):
         print(f"wrote {f}")
     print("now run `gpuforge generate` to merge the locks into each target's constraints.txt")
@@ -391,7 +389,8 @@ def cmd_cve_gate(args) -> int:
              severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
              db_metadata=Path(o.db_metadata) if o.db_metadata else None, sbom=Path(o.sbom) if o.sbom else None,
              output=Path(o.output) if o.output else None, sign=o.attest,
-             signer=_signer(o, o.signing_key) if o.attest else None, digest=o.digest, records=_records(o))
+             signer=_signer(o, o.signing_key) if o.attest else None, digest=o.digest, records=_records(o),
+             vex_author=o.vex_author)
     return 0
 
 
@@ -549,7 +548,7 @@ def _publishing(add) -> None:
     p.add_argument("selectors", nargs="*", help="the target it is evidence for (default: the one the bundle names)")
     add("canary", cmd_canary, "validate again what an environment holds (pulled by digest, never reused) and sign "
         "the result onto that digest; a red canary blocks its further promotion")
-    add("policy", cmd_policy, "write the admission policy (CUE for cosign, or a policy-controller ClusterImagePolicy) "
+    add("policy", cmd_policy, "write the admission policy (CUE or Rego for cosign, or a policy-controller ClusterImagePolicy) "
         "that admits a target's images to an environment and GPU pool only by a signed, fresh, passing Test Result")
 
 

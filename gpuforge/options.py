@@ -306,7 +306,8 @@ TABLE: tuple[Setting, ...] = (
             help="fail, naming the files, when generated files (or the committed schema) are stale"),
     Setting(name="output", flag="--output", commands=("schema", "cve-gate", "policy"), check=_text,
             default_for=(("schema", "matrix.schema.json"),),
-            help="the file this command writes (schema: the JSON schema; cve-gate: the verdict JSON that --attest signs)"),
+            help="the file this command writes (schema: the JSON schema; cve-gate: the verdict JSON that --attest signs, "
+                 "its OpenVEX document beside it as <name>.openvex.json)"),
     Setting(name="output_dir", flag="--output-dir", commands=("prod-sboms", "release-notes"), check=_text,
             required_for=("prod-sboms",),
             help="the folder this command writes into, one subfolder per target (prod-sboms: sbom.cdx.json and digest; "
@@ -314,9 +315,10 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="format", flag="--format", commands=("support", "release-notes", "policy"),
             choices=("text", "markdown", "json"), default="text",
             default_for=(("release-notes", "markdown"), ("policy", "cue")),
-            choices_for=(("policy", ("cue", "policy-controller")),), what="an output format",
+            choices_for=(("policy", ("cue", "rego", "policy-controller")),), what="an output format",
             help="text for a terminal, markdown for a step summary or a docs page (release-notes' text), json for tools; "
-                 "policy: cue (cosign verify-attestation --policy) or policy-controller (a ClusterImagePolicy)"),
+                 "policy: cue or rego (cosign verify-attestation --policy; rego also for conftest) or policy-controller "
+                 "(a ClusterImagePolicy)"),
     Setting(name="pool", flag="--pool", commands=("policy", "attach"), check=_text,
             help="the fleet pool (matrix.yaml's fleet): policy admits images to it (none: the non-GPU checks); attach "
                  "refuses a bundle whose GPU host is not a node of it"),
@@ -421,8 +423,8 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="attest", flag="--attest", commands=("validate", "cve-gate", "release-notes"), action="store_true",
             default=False,
             help="sign what this command makes onto the pushed digest with cosign, in this process (validate: this "
-                 "run's result, green or not, the only way evidence is signed; cve-gate: the verdict; release-notes: "
-                 "release-notes.json)"),
+                 "run's result, green or not, the only way evidence is signed; cve-gate: the verdict and its OpenVEX "
+                 "document; release-notes: release-notes.json)"),
     Setting(name="bundle", flag="--bundle", commands=("validate",), check=_text,
             help="validate --gpu on a runner with no registry: sign this run's statements offline with --sign-key "
                  "into this bundle file, about the build record's pushed digest (no registry call; not with "
@@ -467,12 +469,17 @@ TABLE: tuple[Setting, ...] = (
     Setting(name="sbom", flag="--sbom", commands=("cve-gate",), check=_text,
             help="the CycloneDX SBOM scanned: every component must be in a scan that lists packages"),
     Setting(name="cve_allowlist", flag="--allowlist", commands=("cve-gate",), env="GPUFORGE_CVE_ALLOWLIST", check=_text,
-            help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by"),
+            help="YAML exceptions (global: and targets: <id>:), each with id, reason, review_by, optionally package "
+                 "and justification"),
     Setting(name="cve_severity", flag="--severity", commands=("cve-gate",), env="GPUFORGE_CVE_SEVERITY", default="HIGH",
             check=_severity, help="lowest severity counted (UNKNOWN NEGLIGIBLE LOW MEDIUM HIGH CRITICAL)"),
     Setting(name="cve_max_db_age_hours", flag="--max-db-age-hours", commands=("cve-gate",),
             env="GPUFORGE_CVE_MAX_DB_AGE_HOURS", default=72.0, check=_hours,
             help="a vulnerability database older than this fails the gate"),
+    Setting(name="vex_author", flag="--vex-author", commands=("cve-gate",), env="GPUFORGE_VEX_AUTHOR",
+            default="gpuforge cve-gate", check=_text,
+            help="the OpenVEX document's author: the person or organisation that stands behind the allowlist "
+                 "(e.g. 'ML Platform <ml-platform@example.com>')"),
     # outdated
     Setting(name="images", flag="--images", commands=("outdated",), action="store_true", default=False,
             help="run apt-get -s upgrade (security pocket) in each built image"),

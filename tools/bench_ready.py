@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+import ready_probe  # beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuforge.plan.target import ImageRef  # after the path set-up above
 from gpuforge.publish import soci
@@ -56,32 +58,7 @@ CTD_NS = "gfready"
 WAYS = ("gzip", "zstd", "soci")
 MARKS = ("pulled", "import_torch", "compiled_inference", "jupyter_kernel")
 
-# Runs inside the container: one line per milestone, flushed as it happens (the host stamps bytes on arrival). The same
-# probe times readiness on the GPU machine (tools/gpu_carry.py measure startup), with its first CUDA op.
-PROBE = r"""
-import json, time
-def mark(name):
-    print(json.dumps({"mark": name, "t": time.time()}), flush=True)
-mark("process")
-import torch
-mark("import_torch")
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-if dev == "cuda":
-    torch.ones(1, device=dev); torch.cuda.synchronize()
-    mark("first_cuda_op")
-m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)).to(dev)
-x = torch.randn(8, 256, device=dev)
-with torch.no_grad():
-    y = torch.compile(m)(x)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    assert torch.allclose(y, m(x), atol=1e-3 if dev == "cuda" else 1e-4), "the compiled MLP disagrees with eager"
-mark("compiled_inference")
-from jupyter_client.manager import start_new_kernel
-km, kc = start_new_kernel(kernel_name="python3", startup_timeout=300)
-mark("jupyter_kernel")
-kc.stop_channels(); km.shutdown_kernel(now=True)
-"""
+PROBE = ready_probe.PROBE  # the milestones inside the container (tools/ready_probe.py)
 
 
 class Fail(Exception):

@@ -10,7 +10,8 @@ image id and RootFS layers as the built image: GPU evidence made there is eviden
           python3 tools/gpu_carry.py part NN              # one per part, back to back     (carry .carry/pNN .carry/meta)
           python3 tools/gpu_carry.py import               # join, check, `docker load`; the id and layers must be the
                                                           # built image's (carry .carry/meta .carry/zstd)
-          python3 tools/gpu_carry.py measure [STEP ...]   # smoke devel selftest expect metrics warm first perf ready faults startup (.whl)
+          python3 tools/gpu_carry.py measure [STEP ...]   # smoke devel selftest expect metrics warm first perf perf-train
+                                                          # ready faults repeat startup autotune autotune-artifacts (.whl)
   here:   python3 tools/gpu_carry.py proof STATE KEY      # .carry/proof: the record, the key and cosign for `measure bundle`,
                                                           # the GPU run signed offline into one file (`gpuforge attach` here)
 
@@ -314,15 +315,67 @@ def step_first(out: Path) -> dict:
     return res
 
 
-def step_perf(out: Path) -> dict:
-    """The perf table in a container of the image (its torch, its kernels), best of N with CV."""
+PERF_PARTS = {  # each part's workloads fit one call: max-autotune's cold compile capped at PERF_CAP each
+    "perf": "resnet50-infer-bs1,resnet50-infer-bs64-bf16,fusion",
+    "perf-train": "resnet18-train-bs64,resnet18-train-bs64-bf16-cl",
+}
+PERF_CAP = 120
+
+
+def _perf(out: Path, part: str) -> dict:
+    """The perf table in a container of the image (its torch, its kernels): each workload in eager and the three
+    compile modes, best of 5 with CV, a recommendation per workload, the seeds' claims. max-autotune as the image
+    offers it (GPUFORGE_COMPILE_MODE: the entrypoint's limits on what it tunes), its cold compile capped. Merge the
+    parts here: python3 images/programs/perf_table.py --merge perf.json perf-train.json --md perf-all.md"""
     vol = out / "perf"
     vol.mkdir(exist_ok=True)
     os.chmod(vol, 0o777)
-    return _timed(out, "perf", ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all",
-                                "--shm-size", "2g", "-v", f"{vol}:/out", IMAGE_NAME, "python3",
-                                "/opt/gpuforge/programs/perf_table.py", "--no-warm-start", "--trials", "5",
-                                "--json", "/out/perf.json", "--md", "/out/perf.md"])
+    name = f"gpuforge-carry-{part}"
+    try:
+        res = _timed(out, part, ["docker", "run", "--rm", "--name", name, "--network", "none", "--device",
+                                 "nvidia.com/gpu=all", "--shm-size", "2g", "-e",
+                                 "GPUFORGE_COMPILE_MODE=max-autotune-no-cudagraphs", "-v", f"{vol}:/out", IMAGE_NAME,
+                                 "python3", "/opt/gpuforge/programs/perf_table.py", "--no-warm-start", "--trials", "5",
+                                 "--workloads", PERF_PARTS[part], "--cap", str(PERF_CAP), "--json", f"/out/{part}.json",
+                                 "--md", f"/out/{part}.md"], timeout=590)
+    except subprocess.TimeoutExpired:
+        sh(["docker", "rm", "-f", name], env=engine_env(), capture_output=True)  # not left on the GPU for the next call
+        raise
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        rep = json.loads((vol / f"{part}.json").read_text())
+        res["recommendations"] = {r["workload"]: r.get("mode") for r in rep["recommendations"]}
+        res["claims"] = {c["id"]: c["verdict"] for c in rep["claims"] if c["verdict"] != "not measured"}
+    return res
+
+
+def step_perf(out: Path) -> dict:
+    return _perf(out, "perf")
+
+
+def step_perf_train(out: Path) -> dict:
+    return _perf(out, "perf-train")
+
+
+def _autotune(out: Path, way: str) -> dict:
+    """max-autotune paid once (docs/images.md): ResNet-50 bs64 bf16 with GPUFORGE_COMPILE_MODE=max-autotune-no-cudagraphs,
+    a cold container on a fresh volume (it tunes; the aot way then builds its package in the background), then two
+    containers that load what it left; each start from `docker run` to its first tuned output checked against eager."""
+    name = f"autotune-{way}"
+    res = _timed(out, name, [sys.executable, "tools/warm_bench.py", "--image", IMAGE_NAME, "--ways", way, "--warm", "2",
+                             "--baselines", "0", "--compile-mode", "max-autotune-no-cudagraphs", "--model",
+                             "resnet50-bs64-bf16", "--cap", "480", "--json", str(out / f"{name}.json"),
+                             "--md", str(out / f"{name}.md")], timeout=590)
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        res["summary"] = json.loads((out / f"{name}.json").read_text())["summary"][way]
+    return res
+
+
+def step_autotune(out: Path) -> dict:
+    return _autotune(out, "aot")
+
+
+def step_autotune_artifacts(out: Path) -> dict:
+    return _autotune(out, "artifacts")
 
 
 def step_ready(out: Path) -> dict:
@@ -343,18 +396,49 @@ def step_ready(out: Path) -> dict:
     return res
 
 
-def _bars_with(**floors) -> str:
-    """The host's readiness bars with the H200's r2 floors raised: a floor above what a healthy node measures."""
+FLOOR_RAISE = 2.0  # the injected floors: the seen model's own, twice over (a floor sits ~10 % under a healthy node)
+
+
+def _gpu_names() -> list[str]:
+    """The GPUs this machine has, by name: nvidia-smi where there is one, else NVML inside a container of the image."""
+    if shutil.which("nvidia-smi"):
+        out = sh(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True).stdout
+    else:
+        code = ("import pynvml as n; n.nvmlInit(); "
+                "[print(n.nvmlDeviceGetName(n.nvmlDeviceGetHandleByIndex(i))) for i in range(n.nvmlDeviceGetCount())]")
+        out = sh(["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--entrypoint",
+                  "/opt/venv/bin/python", IMAGE_NAME, "-c", code], env=engine_env(), capture_output=True).stdout
+    return [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+
+def raised_floors(bars: dict, names: list[str], factor: float = FLOOR_RAISE) -> dict:
+    """`bars` with the r2 floors of each GPU model in `names` raised `factor` times (hbm_copy, gemm_bf16): a floor
+    above what a healthy node of that model measures, so the fault is injected on the GPU present."""
+    from gpuforge.image.compat import model_key
+
+    floors = bars["r2"]["floors"]
+    models = {model_key(n, floors) for n in names}
+    if not names or None in models:
+        msg = f"no r2 floors for the GPU(s) seen here ({', '.join(names) or 'none'}): the fault cannot be injected"
+        raise Fail(msg)
+    for m in models:
+        floors[m].update({k: round(floors[m][k] * factor, 3) for k in ("hbm_copy", "gemm_bf16")})
+    return bars
+
+
+def _bars_raised() -> str:
+    """The host's readiness bars with the r2 floors of the GPU seen here raised above what a healthy node gives."""
     sys.path.insert(0, str(ROOT))
     from gpuforge.image import readiness
 
-    bars = readiness.bars()
-    bars["r2"]["floors"]["H200"].update(floors)
-    return json.dumps(bars)
+    return json.dumps(raised_floors(readiness.bars(), _gpu_names()))
 
 
 # Each fault of #29, in a container of the image with the GPU (CDI): (name, extra docker run arguments, selftest
 # arguments, the blame it must get). The image's own `selftest --level` judges with its compat data, or the bars given.
+# "unknown": the kernel log closed to the container (NO_KMSG: no /dev/kmsg, no CAP_SYSLOG) is not known, never the
+# host's fault: READY naming it (exit 0), or with --strict exit 12.
+NO_KMSG = "no-kmsg"
 FAULTS = (
     ("healthy-r1", [], ["--level", "r1"], None),
     ("healthy-r2", [], ["--level", "r2"], None),
@@ -363,40 +447,93 @@ FAULTS = (
     ("memlock-64k", ["--ulimit", "memlock=65536:65536"], ["--level", "r1"], "host"),
     ("require-cuda-above-driver", ["-e", "NVIDIA_REQUIRE_CUDA=cuda>=13.1"], ["--level", "r1"], "image"),
     ("floor-above-measured", [], ["--level", "r2", "--bars", "BARS"], "host"),
+    ("kmsg-closed-r2", [NO_KMSG], ["--level", "r2"], "unknown"),
+    ("kmsg-closed-strict", [NO_KMSG], ["--level", "r1", "--strict"], "unknown-strict"),
 )
+VERDICT_STARTS = ("READY", "NODE NOT FIT", "IMAGE AT FAULT", "NOT SHOWN FIT", "STOPPED")
+
+
+def _selftest_cmd(run_args: list[str], st_args: list[str]) -> list[str]:
+    # the node's kernel log for the XID check: a container has none of its own, and reading it takes root's
+    # CAP_SYSLOG (kernel.dmesg_restrict=1)
+    kmsg = [] if NO_KMSG in run_args else ["--device", "/dev/kmsg", "--user", "0", "--cap-add", "SYSLOG"]
+    return ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", *kmsg, "--shm-size", "2g",
+            "--ulimit", "memlock=-1:-1", *[a for a in run_args if a != NO_KMSG], IMAGE_NAME, "selftest", *st_args]
+
+
+def _verdict_line(log: str) -> str:
+    lines = [ln for ln in log.splitlines() if ln.startswith("gpuforge selftest r")
+             and ln.split(": ", 1)[-1].startswith(VERDICT_STARTS)]
+    return lines[-1] if lines else ""
+
+
+def blamed_right(rc: int, verdict: str, blame: str | None) -> bool:
+    """The probe's exit code and verdict line are the ones the injected fault must give."""
+    if blame is None:
+        return rc == 0 and ": READY r" in verdict and "not known" not in verdict
+    if blame == "unknown":
+        return rc == 0 and ": READY r" in verdict and "not known: xid: " in verdict
+    if blame == "unknown-strict":
+        return rc == 12 and "NOT SHOWN FIT (unknown" in verdict and "xid: " in verdict
+    if blame == "host":
+        return rc == 10 and "NODE NOT FIT (host): " in verdict
+    return rc == 5 and "IMAGE AT FAULT: " in verdict and "the probe crashed" not in verdict
 
 
 def step_faults(out: Path) -> dict:
-    res = {}
+    res, bars = {}, None
     for name, run_args, st_args, blame in FAULTS:
-        st = [_bars_with(hbm_copy=5.0, gemm_bf16=900.0) if a == "BARS" else a for a in st_args]
-        # the node's kernel log for the XID check: a container has none of its own, and reading it takes root's
-        # CAP_SYSLOG (kernel.dmesg_restrict=1)
-        cmd = ["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--device", "/dev/kmsg",
-               "--user", "0", "--cap-add", "SYSLOG", "--shm-size", "2g", "--ulimit", "memlock=-1:-1", *run_args,
-               IMAGE_NAME, "selftest", *st]
+        if "BARS" in st_args and bars is None:
+            bars = _bars_raised()
+        cmd = _selftest_cmd(run_args, [bars if a == "BARS" else a for a in st_args])
         r = _timed(out, f"fault-{name}", cmd, timeout=300)
-        log = (out / f"fault-{name}.log").read_text()
-        lines = [ln for ln in log.splitlines() if ln.startswith("gpuforge selftest r") and ": FAILED (" not in ln]
-        r["verdict"] = lines[-1] if lines else ""
+        r["verdict"] = _verdict_line((out / f"fault-{name}.log").read_text())
         r["expected_blame"] = blame
-        r["blamed_right"] = (r["rc"] == 0 if blame is None else
-                             r["rc"] == {"host": 10, "image": 5}[blame] and f"({blame})" in log)
+        r["blamed_right"] = blamed_right(r["rc"], r["verdict"], blame)
         res[name] = r
+    return res
+
+
+REPEAT = int(os.environ.get("GPUFORGE_CARRY_REPEAT", "25"))  # runs per level in one `measure repeat`
+
+
+def step_repeat(out: Path) -> dict:
+    """`selftest --level r1`, then r2, REPEAT times each (GPUFORGE_CARRY_REPEAT, 25 by default: r2 is ~13 s a run,
+    so 25 fit one call; two calls make 50), one container each with the node's kernel log: every run must exit 0
+    with READY; any other exit, a crash line (glibc's 'double free', 'free(): invalid pointer') or a verdict that
+    is not READY is counted and its log kept."""
+    res = {}
+    for level in ("r1", "r2"):
+        runs = []
+        for i in range(REPEAT):
+            name = f"repeat-{level}-{i:02d}"
+            r = _timed(out, name, _selftest_cmd([], ["--level", level]), timeout=300)
+            log = (out / f"{name}.log").read_text()
+            r["verdict"] = _verdict_line(log)
+            r["crash_lines"] = [ln for ln in log.splitlines() if "double free" in ln or "free(): " in ln
+                                or "corrupted" in ln or "Segmentation fault" in ln or "crashed" in ln]
+            if r["rc"] == 0 and ": READY r" in r["verdict"] and not r["crash_lines"]:
+                (out / f"{name}.log").unlink()  # a clean run's log adds nothing; the bad ones are kept
+            runs.append(r)
+        bad = [i for i, r in enumerate(runs) if r["rc"] != 0 or ": READY r" not in r["verdict"] or r["crash_lines"]]
+        res[level] = {"runs": len(runs), "exit_0_ready": len(runs) - len(bad), "bad": {i: runs[i] for i in bad},
+                      "exit_codes": sorted({r["rc"] for r in runs}), "wall_s": [r["wall_s"] for r in runs]}
+        say(f"repeat {level}: {len(runs) - len(bad)} of {len(runs)} exit 0 with READY; bad runs {bad}")
     return res
 
 
 def step_startup(out: Path) -> dict:
     """Readiness after the pull (#29's cold start on the GPU; the image is local here): `docker run` -> process, first
     `import torch`, first CUDA op, first compiled inference, a Jupyter kernel answering; 3 runs, seconds from the
-    command. The probe is tools/bench_ready.py's, which measures the pull and the same marks on the CPU machine."""
-    import bench_ready  # beside this script
+    command. The probe is tools/ready_probe.py's (no imports: this machine's Python reaches only the carried wheels),
+    which tools/bench_ready.py times after a pull on the CPU machine."""
+    import ready_probe  # beside this script
 
     runs = []
     for _ in range(3):
         t0 = time.time()
         r = subprocess.run(["docker", "run", "--rm", "--network", "none", "--device", "nvidia.com/gpu=all", "--shm-size",
-                            "2g", IMAGE_NAME, "python3", "-c", bench_ready.PROBE], capture_output=True, text=True,
+                            "2g", IMAGE_NAME, "python3", "-c", ready_probe.PROBE], capture_output=True, text=True,
                            env=engine_env(), check=False)
         marks = {}
         for line in r.stdout.splitlines():
@@ -499,7 +636,10 @@ def step_bundle(out: Path) -> dict:
 
 STEPS = {"smoke": step_smoke, "devel": step_devel, "selftest": step_selftest, "expect": step_expect, "metrics": step_metrics,
          "warm": step_warm, "first": step_first, "perf": step_perf, "ready": step_ready, "faults": step_faults,
-         "startup": step_startup, "bundle": step_bundle}
+         "startup": step_startup, "bundle": step_bundle, "repeat": step_repeat, "perf-train": step_perf_train,
+         "autotune": step_autotune, "autotune-artifacts": step_autotune_artifacts}
+# `measure` with no step: these (the long runs, repeat, perf-train and autotune, only when named)
+ALL = ("smoke", "devel", "selftest", "expect", "metrics", "warm", "first", "perf", "ready", "faults", "startup", "bundle")
 
 
 def measure(names: list[str]) -> int:
@@ -514,7 +654,7 @@ def measure(names: list[str]) -> int:
     host = sh(smi, capture_output=True).stdout.strip() if shutil.which("nvidia-smi") else "no nvidia-smi here"
     m = json.loads((META / "manifest.json").read_text())
     summary = {"image": m["image"], "image_id": m["image_id"], "host_gpu": host, "steps": {}}
-    for n in names or list(STEPS):
+    for n in names or ALL:
         try:
             summary["steps"][n] = STEPS[n](work)
         except (subprocess.TimeoutExpired, Fail, OSError) as e:

@@ -86,10 +86,24 @@ gf_pip() {
     if [ -x "$NOX_VENV/bin/uv" ]; then "$NOX_VENV/bin/uv" pip install -q --python "$GF_VENV/bin/python" "$@"
     else "$GF_VENV/bin/python" -m pip install -q "$@"; fi
 }
+# The lock's last part, after its "installed apart, as for Python X" line, holds wheels whose Requires-Python is newer
+# than this Python though they run on it (pyproject's [tool.gpuforge.apart]): installed after the rest with no
+# dependency resolved, by uv as for Python X, by pip ignoring Requires-Python.
+APART='^# --- installed apart, as for Python \([0-9.]*\):.*'
 if ! cmp -s requirements/dev.lock "$GF_VENV/dev.lock" 2>/dev/null; then
     echo "start-engine: installing gpuforge's dependencies into $GF_VENV (requirements/dev.lock)"
     python3 -m venv --clear "$GF_VENV"
-    gf_pip --require-hashes -r requirements/dev.lock
+    parts=$(mktemp -d)
+    sed "/$APART/,\$d" requirements/dev.lock >"$parts/resolved.lock"
+    sed -n "/$APART/,\$p" requirements/dev.lock >"$parts/apart.lock"
+    gf_pip --require-hashes -r "$parts/resolved.lock"
+    apart_python=$(sed -n "s/$APART/\1/p" requirements/dev.lock)
+    if [ -n "$apart_python" ] && [ -x "$NOX_VENV/bin/uv" ]; then
+        gf_pip --python-version "$apart_python" --no-deps --require-hashes -r "$parts/apart.lock"
+    elif [ -n "$apart_python" ]; then
+        gf_pip --ignore-requires-python --no-deps --require-hashes -r "$parts/apart.lock"
+    fi
+    rm -rf "$parts"
     cp requirements/dev.lock "$GF_VENV/dev.lock"
 fi
 if [ "$(cd / && "$GF_VENV/bin/python" -c 'import gpuforge, pathlib; print(pathlib.Path(gpuforge.__file__).parent.parent)' \

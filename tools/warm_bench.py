@@ -21,6 +21,11 @@ The ratio is cold (the way's first start) over the median of the warm starts; be
 --overlap-ab: the aot way's warm starts alternate with ones run with GPUFORGE_WARM_OVERLAP=0 (no CUDA context or
 hashing while torch is imported), so the overlap's gain is a ratio measured side by side.
 
+--compile-mode max-autotune-no-cudagraphs [--model resnet50-bs64-bf16] [--cap S]: max-autotune paid once: every start
+gets GPUFORGE_COMPILE_MODE, the cold one tunes (the aot way: serves by torch.compile in the mode, then builds the
+package with the tuned kernels in the background), the warm ones load what it left on the volume. A start still
+running after --cap seconds (600 by default) is stopped and reported as not finished in that time.
+
 Runs where Docker and a GPU are (the GPU machine, through tools/gpu_carry.py measure warm). Bad input: exit 64.
 """
 
@@ -43,13 +48,36 @@ WAYS = {
 }
 
 
+MODELS = {  # --model: the built-in model each way starts (warm_start.py's)
+    "resnet50-bs1": {"aot": "warm_start:resnet50_bs1_model", "warmup": "warm_start:resnet50_bs1"},
+    "resnet50-bs64-bf16": {"aot": "warm_start:resnet50_bs64_bf16_model", "warmup": "warm_start:resnet50_bs64_bf16"},
+}
+CAP = {"s": 600}  # a start's deadline (--cap)
+
+
+def ways_for(model: str, compile_mode: str | None) -> dict:
+    """WAYS with the model's built-ins and, when given, GPUFORGE_COMPILE_MODE in every start."""
+    m = MODELS[model]
+    mode = {"GPUFORGE_COMPILE_MODE": compile_mode} if compile_mode else {}
+    return {"aot": {**WAYS["aot"], "GPUFORGE_AOT_MODEL": m["aot"], **mode},
+            "artifacts": {**WAYS["artifacts"], "GPUFORGE_WARMUP": m["warmup"], **mode},
+            "none": {"GPUFORGE_WARMUP": m["warmup"], **mode}}
+
+
 def start(image: str, env: dict, volume: str, gpu: list[str]) -> dict:
-    """One container start, timed from here; its warm-start report and the mode's clock read from its output."""
-    cmd = ["docker", "run", "--rm", "--network", "none", *gpu, "--shm-size", "2g", "-v", f"{volume}:/cache"]
+    """One container start, timed from here; its warm-start report and the mode's clock read from its output. A start
+    past the deadline is removed (killing `docker run` alone would leave the container running on the GPU)."""
+    name = f"warm-bench-{os.getpid()}-{time.monotonic_ns()}"
+    cmd = ["docker", "run", "--rm", "--name", name, "--network", "none", *gpu, "--shm-size", "2g", "-v", f"{volume}:/cache"]
     for k, v in env.items():
         cmd += ["-e", f"{k}={v}"]
     t0 = time.time()
-    r = subprocess.run([*cmd, image, *MODE], capture_output=True, text=True, timeout=600, check=False)
+    try:
+        r = subprocess.run([*cmd, image, *MODE], capture_output=True, text=True, timeout=CAP["s"], check=False)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+        return {"rc": None, "run_s": round(time.time() - t0, 2), "mode_ready_s": None, "first_correct_s": None,
+                "error": f"did not finish in {CAP['s']} s", "did_not_finish_s": CAP["s"]}
     run_s = time.time() - t0
     rep = next((json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")), {})
     ready = next((float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("MODE_READY")), None)
@@ -57,7 +85,10 @@ def start(image: str, env: dict, volume: str, gpu: list[str]) -> dict:
     out = {"rc": r.returncode, "run_s": round(run_s, 2), "mode_ready_s": round(ready - t0, 2) if ready else None,
            "first_correct_s": round(rep["first_correct_unix"] - t0, 2) if rep.get("first_correct_unix") else None,
            "rel_err": rep.get("rel_err"), "aot": rep.get("aot"), "loaded": rep.get("loaded"), "notes": notes[-4:],
-           "report": {k: v for k, v in rep.items() if k.endswith("_s")}}
+           "compile_mode": rep.get("compile_mode"), "report": {k: v for k, v in rep.items() if k.endswith("_s")}}
+    built = next((ln for ln in notes if "built in the background in" in ln), None)
+    if built:  # the background build's own line: "... built in the background in 212.3 s (...)"
+        out["aot_build_s"] = float(built.split("built in the background in ")[1].split(" s")[0])
     if r.returncode != 0 or out["first_correct_s"] is None:
         out["error"] = (r.stderr or r.stdout)[-1500:]
     return out
@@ -87,17 +118,19 @@ def first_starts(image: str, n: int, gpu: list[str]) -> dict:
 
 
 def way(image: str, name: str, warm: int, gpu: list[str], overlap_ab: bool = False) -> dict:
-    """The way's cold start, then its warm starts; with overlap_ab (aot), each warm start is followed by one with
-    GPUFORGE_WARM_OVERLAP=0, interleaved so both see the same machine, and both medians are given."""
+    """The way's cold start, then its warm starts (none after a cold start that failed); with overlap_ab (aot), each
+    warm start is followed by one with GPUFORGE_WARM_OVERLAP=0, interleaved so both see the same machine, and both
+    medians are given."""
+    ways = WAYS
     off: list = []
     with tempfile.TemporaryDirectory(prefix=f"warm-{name}-") as vol:
         os.chmod(vol, 0o777)  # the image's user (uid 1000) writes the package or artifacts there
-        cold = start(image, WAYS[name], vol, gpu)
+        cold = start(image, ways[name], vol, gpu)
         warms = []
-        for _ in range(warm):
-            warms.append(start(image, WAYS[name], vol, gpu))
+        for _ in range(warm if "error" not in cold else 0):
+            warms.append(start(image, ways[name], vol, gpu))
             if overlap_ab:
-                off.append(start(image, {**WAYS[name], "GPUFORGE_WARM_OVERLAP": "0"}, vol, gpu))
+                off.append(start(image, {**ways[name], "GPUFORGE_WARM_OVERLAP": "0"}, vol, gpu))
         files = sorted(os.listdir(vol))
     ok = [w for w in warms + off if "error" not in w]
     res = {"cold": cold, "warm": warms, "volume_files": files}
@@ -119,6 +152,12 @@ def way(image: str, name: str, warm: int, gpu: list[str], overlap_ab: bool = Fal
                ratio_median=round(cold["first_correct_s"] / ws["median"], 2),
                ratio_best=round(cold["first_correct_s"] / ws["best"], 2))
     return res
+
+
+def cold_compile_s(cold: dict) -> float | None:
+    """The cold start's compile (and its three checked calls): the warm-up's, or a package start's torch.compile."""
+    rep = cold.get("report") or {}
+    return rep.get("warmup_s", rep.get("compile_calls_s"))
 
 
 def markdown(r: dict) -> str:
@@ -158,15 +197,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="aot: each warm start is also run with GPUFORGE_WARM_OVERLAP=0, interleaved")
     ap.add_argument("--first-starts", type=int, default=0,
                     help="only the first-start bar: this many interleaved pairs (no package / package built after)")
+    ap.add_argument("--compile-mode", choices=["default", "max-autotune-no-cudagraphs"],
+                    help="GPUFORGE_COMPILE_MODE for every start")
+    ap.add_argument("--model", choices=list(MODELS), default="resnet50-bs1", help="the built-in model each way starts")
+    ap.add_argument("--cap", type=int, default=600, help="seconds a start may take before it is stopped")
     ap.add_argument("--json")
     ap.add_argument("--md")
     args = ap.parse_args(argv)
     ways = args.ways.split(",")
     if not set(ways) <= {"aot", "artifacts"} or not 1 <= args.warm <= 20 or not 0 <= args.baselines <= 5 \
-            or not 0 <= args.first_starts <= 9:
-        print("warm_bench: error: --ways from aot,artifacts; --warm 1..20; --baselines 0..5; --first-starts 0..9",
-              file=sys.stderr)
+            or not 0 <= args.first_starts <= 9 or not 30 <= args.cap <= 3600:
+        print("warm_bench: error: --ways from aot,artifacts; --warm 1..20; --baselines 0..5; --first-starts 0..9; "
+              "--cap 30..3600", file=sys.stderr)
         return 64
+    CAP["s"] = args.cap
+    WAYS.update(ways_for(args.model, args.compile_mode))
     gpu = ["--device", args.gpu]
     if args.first_starts:
         r = {"image": args.image, "first_starts": first_starts(args.image, args.first_starts, gpu)}
@@ -178,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as fh:
                 json.dump(r, fh, indent=1)
         return 1 if "error" in f else 0
-    r: dict = {"image": args.image, "ways": {}}
+    r: dict = {"image": args.image, "ways": {}, "model": args.model, "compile_mode": args.compile_mode or "default",
+               "cap_s": args.cap}
     if "aot" in ways and args.baselines:
         with tempfile.TemporaryDirectory(prefix="warm-none-") as vol:
             os.chmod(vol, 0o777)
@@ -194,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                             "ratio": round(first / min(base), 3)}
     r["summary"] = {n: {k: w.get(k) for k in ("ratio_median", "ratio_best", "warm_first_correct", "overlap_gain_median",
                                               "error")}
+                    | {"cold_first_correct_s": w["cold"].get("first_correct_s"), "cold_compile_s": cold_compile_s(w["cold"]),
+                       "cold_aot_build_s": w["cold"].get("aot_build_s"), "cold_rel_err": w["cold"].get("rel_err"),
+                       "warm_rel_err": [x.get("rel_err") for x in w.get("warm", [])]}
                     for n, w in r["ways"].items()} | {"first_start": r.get("first_start")}
     if args.json:
         with open(args.json, "w") as f:

@@ -19,8 +19,7 @@ import docker.errors
 from gpuforge.builder import aptstate
 from gpuforge.engine import client as engine
 from gpuforge.errors import EngineError
-from gpuforge.plan.matrix import Target
-from gpuforge.plan.target import ImageRef
+from gpuforge.plan.target import ImageRef, Target
 
 RECIPE_LABEL = "io.gpuforge.base-recipe"
 

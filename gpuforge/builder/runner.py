@@ -132,7 +132,8 @@ def normalize_remote(url: str) -> str | None:
 def source_url(root: Path | None = None, hops: int = 3) -> str | None:
     """org.opencontainers.image.source: the CI's repository URL, else the git remote normalised (normalize_remote),
     following a remote that is a local clone to that clone's own remote; None (no label) when no repository URL is
-    known. So clones of one commit label it alike (#27: a local path, `unknown`, ssh and https gave four image ids)."""
+    known. So clones of one commit label it alike (a local path, `unknown`, an ssh and an https remote would give
+    four image ids)."""
     server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
     if server and repo:
         return normalize_remote(f"{server.rstrip('/')}/{repo}")
@@ -260,7 +261,7 @@ class _Runner:
             metadata = json.loads(meta.read_text()) if meta.exists() else None
             image_id = engine.built_image_id(iid.read_text(), metadata)
             kind = str(((metadata or {}).get("containerimage.descriptor") or {}).get("mediaType", ""))
-        try:  # the compat data's arch list must be the installed wheel's (#11): a mismatch is a failed build
+        try:  # the compat data's arch list must be the installed wheel's: a mismatch is a failed build
             problem = archcheck.mismatch(t.variant, archcheck.wheel_arch_flags(image_id))
         except EngineError as e:
             problem = str(e)

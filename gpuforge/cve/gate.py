@@ -9,7 +9,8 @@ What fails besides counted findings, because each is a way to pass without havin
     more), or an SBOM component missing from a scan that lists its packages;
   - a vulnerability database older than a bound, or of unknown age (Trivy: `trivy version -f json` ->
     VulnerabilityDB.UpdatedAt; Grype: descriptor.db.built, or descriptor.db.status.built in schema v6).
-Each counted finding prints a ready-to-paste allowlist entry.
+Each counted finding prints a ready-to-paste allowlist entry. Beside the verdict goes the same judgement as an
+OpenVEX document (gpuforge.cve.openvex), signed onto the digest with it, for scanners run downstream.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuforge import grammar, options
+from gpuforge.cve import openvex
 from gpuforge.errors import ConfigError, CveGateRed
-from gpuforge.plan.yamlpos import Positioned, load
+from gpuforge.plan.yamlpos import Positioned, error_loc, load
 from gpuforge.state import files
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
@@ -58,13 +60,16 @@ def _reason(v: str) -> str:
 
 
 class Entry(BaseModel):
-    """One exception: a vulnerability id (optionally of one package), why it is acceptable, and when to look again."""
+    """One exception: a vulnerability id (optionally of one package), why it is acceptable, and when to look again.
+    With a `justification` (an OpenVEX label) it also claims the image is not affected, and the OpenVEX document says
+    so to downstream scanners; without one it accepts the risk until review_by, and the document says affected."""
 
     model_config = ConfigDict(extra="forbid")
     id: Annotated[str, Field(strict=True)]
     package: Annotated[str, Field(strict=True, max_length=200)] | None = None
     reason: Annotated[str, Field(strict=True, max_length=2000)]
     review_by: dt.date
+    justification: Literal[openvex.JUSTIFICATIONS] | None = None
 
     _id = field_validator("id")(lambda cls, v: _vuln_id(v))
     _why = field_validator("reason")(lambda cls, v: _reason(v))
@@ -104,21 +109,11 @@ def load_allowlist(path: Path) -> Allowlist:
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            loc = _real_loc(doc.data, err["loc"])
-            what = ("unknown key (allowed: id, package, reason, review_by; at the top: global, targets)"
+            loc = error_loc(doc.data, err)
+            what = ("unknown key (allowed: id, package, reason, review_by, justification; at the top: global, targets)"
                     if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, "))
             lines.append(f"{doc.where(loc)}: {'.'.join(map(str, loc)) or '(top level)'}: {what}")
         raise ConfigError("\n".join(dict.fromkeys(lines))) from None
-
-
-def _real_loc(data, loc) -> tuple:
-    out, cur = [], data
-    for p in loc:
-        key = "global" if p == "globals_" else p
-        if (isinstance(cur, dict) and key in cur) or (isinstance(cur, list) and isinstance(key, int) and key < len(cur)):
-            out.append(key)
-            cur = cur[key]
-    return tuple(out)
 
 
 # --- scanner output ----------------------------------------------------------------------------------
@@ -317,7 +312,8 @@ def _sorted_findings(scans: list[Scan], entries: list, floor: int) -> tuple[list
             hit = next(((where, e) for where, e in entries if e.covers(f)), None)
             if hit:
                 used.add(id(hit[1]))
-                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat()})
+                allowed.append({**asdict(f), "allowed_by": hit[0], "review_by": hit[1].review_by.isoformat(),
+                                "reason": hit[1].reason, "justification": hit[1].justification})
             else:
                 counted.append({**asdict(f), "scanner": scan.scanner})
     return counted, allowed, used
@@ -363,7 +359,8 @@ def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:
     for f in verdict["counted"]:
         reason = f"accepted until rebuilt: {f['package']} {f['version']} -> {f['fixed']} ({f['severity']})"
         out.append(f"  - id: {f['id']}\n    package: {json.dumps(f['package'])}\n    reason: {json.dumps(reason)}\n"
-                   f"    review_by: {review.isoformat()}")
+                   f"    review_by: {review.isoformat()}\n"
+                   "    # justification: only if the image is not affected (an OpenVEX label, docs/cve.md)")
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -392,10 +389,10 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
 def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
          output: Path | None = None, signer=None, sign: bool = False, digest: str | None = None,
-         records=None) -> dict:
-    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it, sign it with `signer`
-    (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed digest.
-    Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
+         records=None, vex_author: str = openvex.DEFAULT_AUTHOR) -> dict:
+    """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it and its OpenVEX document,
+    sign both with `signer` (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed
+    digest. Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
     if severity not in SEVERITIES:
         msg = f"--severity / GPUFORGE_CVE_SEVERITY: {severity!r} is not one of {', '.join(SEVERITIES)}"
         raise ConfigError(msg)
@@ -415,8 +412,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         subject = {"digest": rec.digest, "image_id": rec.image_id, "ref": rec.pushed_ref}
     verdict = judge(read, allow, target=target.id if target else None, severity=severity,
                     max_db_age_hours=max_db_age_hours, sbom=sbom, subject=subject)
-    if output:
-        files.write_output(output, json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+    vex = _write(verdict, output, target, vex_author)
     for line in verdict["problems"]:
         print(f"gpuforge: cve-gate: {line}")
     if verdict["counted"]:
@@ -424,7 +420,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
-        _sign(target, output, signer, subject.get("digest"))
+        _sign(target, output, signer, subject.get("digest"), vex=vex)
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
           f"{len(verdict['expired'])} expired, {len(verdict['unaudited'])} unaudited (floor {verdict['severity_floor']})")
@@ -434,7 +430,36 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None:
+def _write(verdict: dict, output: Path | None, target, author: str) -> Path | None:
+    """The verdict at `output` and, beside it, its OpenVEX document (written together); the document's path, or
+    None when there is none: no digest to name, or nothing to state (a stale one from an earlier run is removed)."""
+    if not output:
+        return None
+    out = {Path(output).name: json.dumps(verdict, indent=2, sort_keys=True) + "\n"}
+    vex_path = openvex.path_beside(Path(output))
+    doc, left_out = (openvex.document(verdict, registry=target.ref.registry, repository=target.ref.repository,
+                                      author=author) if target else (None, 0))
+    if doc:
+        out[vex_path.name] = json.dumps(doc, indent=2) + "\n"
+    files.write_outputs(Path(output).parent, out)
+    if left_out:
+        print(f"gpuforge: cve-gate: {left_out} allowed finding(s) carry no package URL: left out of the OpenVEX "
+              "document (a not_affected statement without its package would cover the whole image)")
+    if doc:
+        kinds = [s["status"] for s in doc["statements"]]
+        print(f"gpuforge: cve-gate: wrote {vex_path} (OpenVEX: {kinds.count('not_affected')} not_affected, "
+              f"{kinds.count('affected')} affected)")
+        return vex_path
+    why = ("no --target (its repository names the image)" if not target else
+           "no pushed digest to name the image by (push the target, or give --digest)"
+           if not (verdict.get("subject") or {}).get("digest") else "no finding to state")
+    print(f"gpuforge: cve-gate: no OpenVEX document: {why}")
+    if vex_path.is_file() and not vex_path.is_symlink():
+        vex_path.unlink()  # an earlier run's statements are not this verdict's
+    return None
+
+
+def _sign(target, verdict_path: Path | None, signer, digest: str | None, *, vex: Path | None = None) -> None:
     from gpuforge.registry import attest
 
     if target is None or verdict_path is None:
@@ -447,6 +472,10 @@ def _sign(target, verdict_path: Path | None, signer, digest: str | None) -> None
     ref = str(target.ref.pinned(digest))
     attest.attest(ref, verdict_path, CVE_TYPE, signer=signer)
     print(f"gpuforge: cve-gate: signed the verdict onto {ref} ({CVE_TYPE})")
+    if vex:
+        attest.attest(ref, vex, openvex.OPENVEX_TYPE, signer=signer)
+        print(f"gpuforge: cve-gate: signed the OpenVEX document onto {ref} ({openvex.OPENVEX_TYPE}, cosign's "
+              "--type openvex)")
 
 
 def write_prod_sboms(targets, *, verifier, out: Path) -> list[tuple[str, str]]:

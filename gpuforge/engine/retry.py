@@ -4,7 +4,7 @@ is pushed again, at most ATTEMPTS times in all, saying so.
 Why: a 5xx is the registry's own trouble, often passing. Debian's docker-registry (distribution 2.8) writes a tag's
 link file in place (truncate, then write), and BuildKit's pusher HEADs and PUTs one tag for each manifest of an index
 it pushes, side by side: a HEAD that lands between the truncate and the write reads an empty link and is answered
-500 (CI, stop 39: `unexpected status from HEAD request to .../manifests/<tag>-zstd: 500 Internal Server Error`).
+500 (seen in CI as `unexpected status from HEAD request to .../manifests/<tag>-zstd: 500 Internal Server Error`).
 Pushing again is cheap and safe: blobs already there are skipped, and a tag write is idempotent. Clients people use
 do the same (go-containerregistry retries 500, 502, 503 and 504; skopeo has --retry-times). A 4xx (auth, a refused
 or unknown name) is never retried: it would only fail again."""

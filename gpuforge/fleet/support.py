@@ -15,6 +15,7 @@ from gpuforge.image import compat
 from gpuforge.publish import prod
 from gpuforge.state import files
 from gpuforge.validate import evidence
+from gpuforge.validate.report import summarize
 from gpuforge.validate.report_model import Report
 
 NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
@@ -201,14 +202,6 @@ def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
     return ev
 
 
-def _summary(text: str) -> None:
-    import os
-
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
-            f.write(text + "\n")
-
-
 def support_cli(m, targets, *, fmt: str, verifier, records) -> str:
     from gpuforge.plan import fleet
 
@@ -216,7 +209,7 @@ def support_cli(m, targets, *, fmt: str, verifier, records) -> str:
     text = render_support(support_rows([collect(t, verifier=verifier, records=records) for t in targets], pools),
                           pools, fmt)
     if fmt == "markdown":
-        _summary(text)
+        summarize(text)
     return text
 
 
@@ -253,6 +246,6 @@ def notes_cli(m, targets, *, fmt: str, verifier, records, digest: str | None,
         elif sign:
             msg = "--attest needs --output-dir (the notes file is what is signed)"
             raise ConfigError(msg)
-        _summary(md)
+        summarize(md)
         out.append(json.dumps(n, indent=2, sort_keys=True) + "\n" if fmt == "json" else md)
     return "".join(out)

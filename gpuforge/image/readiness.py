@@ -1,4 +1,4 @@
-"""Readiness levels of a GPU node (#29). r1: is this node fit to run the image, in about a second, before any kernel?
+"""Readiness levels of a GPU node. r1: is this node fit to run the image, in about a second, before any kernel?
 r2 (r1, then about 10 s of measurements per GPU): is each GPU as fast as its model should be?
 
 `collect()` reads the facts where the workload runs (inside the container, or on the host): the GPUs CUDA sees
@@ -8,8 +8,11 @@ container's limits (locked memory, /dev/shm). It never raises: a fact that could
 
 `judge()` turns the facts into one finding per check. A check that could not run FAILS with its reason (as DCGM
 counts it), and every failure is blamed on the **host** (driver, health, limits) or the **image** (what the image
-itself asks for). Stdlib only, plus pynvml (nvidia-ml-py) when present: every image carries gpuforge/image, and the
-bars come in as a dict (`bars()` reads gpuforge/image/data/compat.yaml's `readiness` on the host).
+itself asks for). One exception: the kernel log (XID errors) is often closed to a container by its own settings, not
+by the node; a log that could not be read is **not known**, saying what is missing and how to grant it. It passes,
+named in the verdict, unless the bars' `unknown_blocks` (the probe's --strict) make an unknown block (exit 12).
+Stdlib only, plus pynvml (nvidia-ml-py) when present: every image carries gpuforge/image, and the bars come in as a
+dict (`bars()` reads gpuforge/image/data/compat.yaml's `readiness` on the host).
 
 `judge_r2()` holds r2's figures (images/programs/speed.py's, the fused kernel's, NCCL's) to the floors of the GPU's
 model: a figure under its floor or unsteady trials blame the host; a figure that could not be measured blames the
@@ -24,7 +27,9 @@ import re
 import resource
 from dataclasses import asdict, dataclass
 
-HOST, IMAGE = "host", "image"
+HOST, IMAGE, UNKNOWN = "host", "image", "unknown"
+# verdict()'s exit codes: ready, the image at fault, the node not fit, not shown fit (an unknown that blocks)
+READY_EXIT, IMAGE_EXIT, HOST_EXIT, UNKNOWN_EXIT = 0, 5, 10, 12
 CHECKS = ("require_cuda", "gpus_seen", "driver", "persistence", "ecc_mode", "ecc_uncorrected", "row_remap", "retired_pages", "clocks",
           "power_cap", "mig", "xid", "memlock", "shm")
 SPEED = ("hbm_copy", "gemm_bf16", "gemm_tf32", "h2d", "d2h")  # speed.py's figures, each with a floor per GPU model
@@ -49,9 +54,10 @@ _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 class Finding:
     check: str
     ok: bool
-    blame: str  # host | image ("" when ok)
+    blame: str  # host | image | unknown ("" when ok)
     figure: str  # what was measured, as the user reads it
-    reason: str = ""  # why it failed (empty when ok)
+    reason: str = ""  # why it failed (empty when ok); for an unknown, what is missing and how to grant it
+    unknown: bool = False  # the check could not look: ok unless unknowns block (then blamed on "unknown")
 
 
 # --- facts --------------------------------------------------------------------------------------------------------
@@ -191,8 +197,12 @@ def judge(facts: dict, *, request: int | None, image_cuda: str, bars: dict) -> l
     """One finding per check of CHECKS. `request`: the GPUs asked for (None: all the node has); `image_cuda`: the
     CUDA the image carries (its label); `bars`: compat data's `readiness` (bars())."""
     out: list[Finding] = []
+    blocks = bool(bars.get("unknown_blocks"))
 
     def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST):
+        if blame == UNKNOWN and not ok:  # could not look: passes, named, unless unknowns block
+            out.append(Finding(check, not blocks, UNKNOWN if blocks else "", figure, reason, unknown=True))
+            return
         out.append(Finding(check, ok, "" if ok else blame, figure, "" if ok else reason))
 
     _require(add, facts, image_cuda)
@@ -292,10 +302,26 @@ def _mig(add, gpus: list[dict]) -> None:
     add("mig", ok, fig, why)
 
 
+KMSG_GRANT = ("give the container the node's log: docker run --device /dev/kmsg --cap-add SYSLOG --user 0 (root with "
+              "CAP_SYSLOG reads it; on the host, root, or sysctl kernel.dmesg_restrict=0 for any user)")
+
+
+def kmsg_missing(error: str) -> str:
+    """What kept the kernel log closed, from the error its read raised, in the words of whoever must grant it."""
+    if "FileNotFoundError" in error or "No such file" in error:
+        return "/dev/kmsg is not in this container"
+    if "PermissionError" in error or "not permitted" in error or "Permission denied" in error:
+        return "reading /dev/kmsg takes CAP_SYSLOG (as root) or the host's kernel.dmesg_restrict=0"
+    return "the kernel log could not be read"
+
+
 def _xid(add, xid, bars: dict) -> None:
     if _err(xid) or xid is None:
-        add("xid", False, "kernel log unreadable", f"could not read XID errors from the kernel log "
-            f"({_err(xid) or 'not read'}): run with the kernel log readable (root, or kernel.dmesg_restrict=0)")
+        error = _err(xid) or "not read"
+        # Closed by the container's or the runner's settings, not a sign of the node's health: not known, and
+        # blocking only where the bars say an unknown must (--strict)
+        add("xid", False, "kernel log unreadable: XID errors not known",
+            f"XID errors are not known: {kmsg_missing(error)} ({error}); {KMSG_GRANT}", blame=UNKNOWN)
         return
     bad = [e for e in xid["events"] if e["xid"] not in bars["xid_benign"]]
     add("xid", not bad, f"{len(xid['events'])} XID event(s) since boot ({xid['source']})",
@@ -459,14 +485,23 @@ def bars() -> dict:
 
 def verdict(findings: list[Finding], level: str = "r1") -> tuple[str, int]:
     """(one line, exit code): 0 fit; 5 the image is at fault; 10 the node is not fit (the host first: an unfit node
-    says nothing about the image)."""
+    says nothing about the image); 12 not shown fit: a check could not look and unknowns block (--strict). A check
+    that could not look is named in every line, with what it lacks."""
     bad = [f for f in findings if not f.ok]
     host = [f for f in bad if f.blame == HOST]
+    image = [f for f in bad if f.blame not in (HOST, UNKNOWN)]
+    unknown = [f for f in findings if f.unknown]
+    also = "; not known: " + _said(unknown) if unknown else ""
     if host:
-        return "NODE NOT FIT (host): " + _said(host), 10
+        return "NODE NOT FIT (host): " + _said(host) + also, HOST_EXIT
+    if image:
+        return "IMAGE AT FAULT: " + _said(image) + also, IMAGE_EXIT
     if bad:
-        return "IMAGE AT FAULT: " + _said(bad), 5
-    return f"READY {level}: {len(findings)} checks passed", 0
+        return "NOT SHOWN FIT (unknown; unknowns block here): " + _said(bad), UNKNOWN_EXIT
+    passed = len(findings) - len(unknown)
+    if unknown:
+        return f"READY {level}: {passed} checks passed, {len(unknown)} not known: {_said(unknown)}", READY_EXIT
+    return f"READY {level}: {passed} checks passed", READY_EXIT
 
 
 def _said(bad: list[Finding]) -> str:

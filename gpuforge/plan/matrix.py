@@ -28,7 +28,7 @@ from gpuforge.plan.target import ImageRef, Target, target_id
 from gpuforge.plan.version import SAMPLE
 from gpuforge.plan.yamlpos import Positioned, load
 
-__all__ = ["DEFAULT_MATRIX", "ImageRef", "Matrix", "Target", "load_matrix", "target_id"]  # Target lives in plan.target
+__all__ = ["DEFAULT_MATRIX", "Matrix", "load_matrix"]
 
 DEFAULT_MATRIX = Path("matrix.yaml")
 MAX_TARGETS = 10_000  # a product of axes beyond this is refused before it is expanded

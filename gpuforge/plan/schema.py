@@ -12,7 +12,7 @@ from gpuforge import grammar
 from gpuforge.errors import ConfigError
 from gpuforge.grammar import GPU_REQUESTS
 from gpuforge.image import compat
-from gpuforge.plan.yamlpos import Positioned
+from gpuforge.plan.yamlpos import Positioned, error_loc
 
 AXES = ("torch", "cuda", "python", "os", "flavor", "source")
 FLAVORS = ("runtime", "devel")
@@ -63,6 +63,8 @@ def _pip(requirement: str) -> str:
 
 # An os axis value: one the compat data knows (the loader says which, with the nearest).
 Os = Annotated[str, Field(json_schema_extra={"enum": compat.os_names()})]
+Flavor = Literal[FLAVORS]
+Source = Literal[SOURCES]
 _URL_ABOUT = "http(s)://HOST[:PORT]/PATH: no credentials, whitespace or control characters"
 Url = _text(grammar.url, grammar.URL, _URL_ABOUT)
 
@@ -128,16 +130,23 @@ class Override(Settings):
         return self
 
 
-class ExcludeEntry(BaseModel):
-    """An `exclude:` entry: axis values that remove the combinations they all match."""
+class AxisValues(BaseModel):
+    """At most one value per axis (AXES): what an `include:` or `exclude:` entry names. The one definition of those
+    fields, so the two entries cannot come to accept different values for an axis."""
 
-    model_config = ConfigDict(**_strict, json_schema_extra={"minProperties": 1})
+    model_config = _strict
     torch: str | None = None
     cuda: str | None = None
     python: str | None = None
     os: Os | None = None
-    flavor: Literal["runtime", "devel"] | None = None
-    source: Literal["cuda-base", "wheels"] | None = None
+    flavor: Flavor | None = None
+    source: Source | None = None
+
+
+class ExcludeEntry(AxisValues):
+    """An `exclude:` entry: axis values that remove the combinations they all match."""
+
+    model_config = ConfigDict(**_strict, json_schema_extra={"minProperties": 1})
 
     @model_validator(mode="after")
     def _not_empty(self) -> ExcludeEntry:
@@ -147,15 +156,8 @@ class ExcludeEntry(BaseModel):
         return self
 
 
-class IncludeEntry(Settings):
+class IncludeEntry(Settings, AxisValues):
     """An `include:` entry: axis values (GitHub Actions include semantics) plus per-target settings."""
-
-    torch: str | None = None
-    cuda: str | None = None
-    python: str | None = None
-    os: Os | None = None
-    flavor: Literal["runtime", "devel"] | None = None
-    source: Literal["cuda-base", "wheels"] | None = None
 
     def given(self) -> dict:
         return self.model_dump(exclude_unset=True)
@@ -167,8 +169,8 @@ class Axes(BaseModel):
     cuda: list[str] = []
     python: list[str] = []
     os: list[Os] = []
-    flavor: list[Literal["runtime", "devel"]] = []
-    source: list[Literal["cuda-base", "wheels"]] = []
+    flavor: list[Flavor] = []
+    source: list[Source] = []
     include: list[IncludeEntry] = []
     exclude: list[ExcludeEntry] = []
 
@@ -236,8 +238,6 @@ _FIELDS = {
     m.__name__: tuple(m.model_fields)
     for m in (Bootstrap, Base, Settings, Override, Axes, MatrixFile, IncludeEntry, ExcludeEntry, Gpu, Pool)
 }
-# Names pydantic puts into an error's loc that are schema branches, not keys of the file.
-_BRANCHES = {"str", "int", "float", "bool", "none", "list", "dict", "union", "nullable", "literal"}
 
 
 def _scalar_hint(value: object, written: str) -> str:
@@ -289,20 +289,6 @@ def _allowed_at(loc: tuple) -> tuple[str, ...]:
     return ()
 
 
-def _real_loc(data: object, err: dict) -> tuple:
-    """err's loc without the union/validator branch names pydantic adds: the keys and indexes found in the
-    data, plus the name of a missing field."""
-    loc, cur = [], data
-    for p in err["loc"]:
-        if (isinstance(cur, dict) and p in cur) or (isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur)):
-            loc.append(p)
-            cur = cur[p]
-        elif err["type"] == "missing" and isinstance(p, str) and p not in _BRANCHES and "[" not in p:
-            loc.append(p)
-            break
-    return tuple(loc)
-
-
 def json_schema() -> dict:
     """matrix.yaml's JSON schema, generated from the models (editors validate against it), plus what the loader
     checks per os from the compat data (gpuforge.plan.matrix._check_bases): known os names, debootstrap only for
@@ -341,7 +327,7 @@ def parse(doc: Positioned) -> MatrixFile:
     except ValidationError as e:
         by_loc: dict[tuple, tuple[int, str]] = {}
         for err in e.errors():
-            loc = _real_loc(doc.data, err)
+            loc = error_loc(doc.data, err)
             if loc not in by_loc:  # one line per value (a union reports each branch)
                 by_loc[loc] = (doc.line(loc), f"{doc.where(loc)}: {field(loc)}: {_hint(err, doc, loc)}")
         raise ConfigError(report([text for _, text in sorted(by_loc.values(), key=lambda x: x[0])])) from None

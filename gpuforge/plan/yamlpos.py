@@ -30,6 +30,26 @@ _KIND = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "a numb
          "tag:yaml.org,2002:null": "null", "tag:yaml.org,2002:timestamp": "a date"}
 
 
+# Names a schema checker (pydantic) puts into an error's loc that are branches of the schema (a union's member, a
+# validator), not keys of the file.
+_BRANCHES = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "union", "nullable", "literal"})
+
+
+def error_loc(data: object, err: dict) -> Loc:
+    """Where a schema error (pydantic's `{"loc": ..., "type": ...}`) points in the data: the keys and list indexes
+    of its loc that the data holds, plus the name of a missing field; the branch names in between are left out.
+    The one rule for every file gpuforge checks with a schema, so each names a problem's line alike."""
+    loc, cur = [], data
+    for p in err["loc"]:
+        if (isinstance(cur, dict) and p in cur) or (isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur)):
+            loc.append(p)
+            cur = cur[p]
+        elif err["type"] == "missing" and isinstance(p, str) and p not in _BRANCHES and "[" not in p:
+            loc.append(p)
+            break
+    return tuple(loc)
+
+
 class Positioned:
     """Parsed YAML data plus each value's 1-based line and, for scalars, the text as written."""
 

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpuforge.errors import BundleRefused, ConfigError, RegistryError, StateError
-from gpuforge.plan.matrix import Target
-from gpuforge.plan.target import ImageRef
+from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import bundle, prod, reuse, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, RegistryAuth

@@ -1,4 +1,4 @@
-"""`gpuforge canary --env ENV`: prove again what an environment holds (#28). A driver upgrade, a base image that moved
+"""`gpuforge canary --env ENV`: prove again what an environment holds. A driver upgrade, a base image that moved
 or a validator that learned a new check can turn yesterday's evidence stale while prod still runs the digest.
 
 For each target: the digest the environment's tag (`<tag>-<env>`) names in the registry is pulled by digest, the
@@ -18,8 +18,7 @@ import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import RegistryError
-from gpuforge.plan.matrix import Target
-from gpuforge.plan.target import ImageRef
+from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import signed_run
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, RegistryAuth, credentials

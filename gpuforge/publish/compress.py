@@ -1,4 +1,4 @@
-"""zstd layers (#21): the validated image pushed a second time as `<version>-zstd` (its build's version tag, then
+"""zstd layers: the validated image pushed a second time as `<version>-zstd` (its build's version tag, then
 -zstd), its layers zstd-compressed (OCI media types), for engines that pull zstd (Docker 23+, containerd 1.5+);
 `<version>` stays gzip for the rest (Docker 20.10 cannot pull zstd). Two tags, not one index with both: an index offering the same
 platform twice lets each client pick the first entry, so an old engine could pick zstd and fail.

@@ -331,7 +331,7 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     ev = judge(str(ref.pinned(digest)), image_id, verifier, require_gpu=require_gpu, who=t.id)
     if max_age_days is not None and (why := too_old(ev, max_age_days)):
         _refuse(t.id, why)
-    if env == "prod":  # #20: GPU evidence from every fleet pool; a green CVE verdict (prod_require_cve)
+    if env == "prod":  # prod also needs GPU evidence from every fleet pool and a green CVE verdict (prod_require_cve)
         prod.check(t, ref=str(ref.pinned(digest)), record=rec, verifier=verifier, require_cve=require_cve,
                    max_age_days=max_age_days)
     tags = env_tags(t, env, version)
@@ -391,7 +391,7 @@ def promote_targets(targets: list[Target], *, env: str, records: Records, auth: 
 
 
 def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
-    """Signing a report file is refused: the file can be edited after the run that made it (#18)."""
+    """Signing a report file is refused: the file can be edited after the run that made it."""
     ids = " ".join(t.id for t in targets) or "SEL"
     msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "
            f"validating run signs; run `gpuforge validate --attest --sign-key KEY {ids}` after `gpuforge push`")

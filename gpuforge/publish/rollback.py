@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from gpuforge.errors import ConfigError, PromotionRefused
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import Target
 from gpuforge.publish import history, promote, transaction
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry

@@ -23,7 +23,7 @@ import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import Target
 from gpuforge.publish import bundle, prod, reuse, runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry

@@ -1,4 +1,4 @@
-"""Lazy pulling (#29): `push --compression soci` pushes the gzip image as `gzip` does, then a SOCI index of that very
+"""Lazy pulling: `push --compression soci` pushes the gzip image as `gzip` does, then a SOCI index of that very
 digest beside it. The index is a separate OCI artifact whose `subject` is the image manifest; the image's digest,
 signature and evidence do not change. A node whose containerd runs the SOCI snapshotter then starts the container
 after fetching a few MB and reads the rest of the image as files are opened (docs/measurements/ready-bench.md: Jupyter

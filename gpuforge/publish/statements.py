@@ -1,4 +1,4 @@
-"""Standard statements beside gpuforge's own predicate (#28): what admission controllers and other tools read.
+"""Standard statements beside gpuforge's own predicate: what admission controllers and other tools read.
 
 - An in-toto **Test Result** (https://in-toto.io/attestation/test-result/v0.1) per validating run and GPU pool,
   signed in the run onto the image digest: `result` PASSED | WARNED | FAILED, `passedTests` / `warnedTests` /

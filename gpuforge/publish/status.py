@@ -10,8 +10,7 @@ from pathlib import Path
 
 from gpuforge.errors import ConfigError, StateError
 from gpuforge.options import Ttl
-from gpuforge.plan.matrix import Target
-from gpuforge.plan.target import ImageRef
+from gpuforge.plan.target import ImageRef, Target
 from gpuforge.publish import history, prod
 from gpuforge.publish.promote import env_tags, signed_reports
 from gpuforge.registry import attest

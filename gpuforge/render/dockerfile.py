@@ -17,10 +17,11 @@ import jinja2
 
 from gpuforge import grammar, paths
 from gpuforge.errors import ConfigError
-from gpuforge.plan.matrix import Target
+from gpuforge.plan.target import Target
 from gpuforge.render import locks
 from gpuforge.render.labels import LICENSES, expected_labels
 from gpuforge.render.packages import image_spec, metrics_tools, pip_tools
+from gpuforge.state import files
 
 PER_TARGET = ("Dockerfile", "target.json", "constraints.txt")
 
@@ -142,10 +143,7 @@ def bake_file(targets: list[Target], defaults: list[Target]) -> str:
 
 
 def write_bake(targets: list[Target], defaults: list[Target]) -> Path:
-    f = paths.project_root() / BAKE
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(bake_file(targets, defaults))
-    return f
+    return files.write_output(paths.project_root() / BAKE, bake_file(targets, defaults))
 
 
 def dockerignore() -> str:
@@ -163,13 +161,8 @@ def recipe_hash(t: Target, root: Path | None = None) -> str:
 
 
 def write(t: Target, dist: Path | None = None) -> Path:
-    out = (dist or paths.dist()) / t.id
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for name, data in render_target(t).items():
-        (out / name).write_bytes(data)
-    return out
+    """images/dist/<id>/, replaced as one: a crash or a full disk leaves the previous folder whole."""
+    return files.replace_folder((dist or paths.dist()) / t.id, render_target(t))
 
 
 def copy_context(dest: Path) -> Path:
@@ -186,9 +179,7 @@ def copy_context(dest: Path) -> Path:
 
 
 def write_dockerignore(root: Path | None = None) -> Path:
-    f = (root or paths.project_root()) / ".dockerignore"
-    f.write_text(dockerignore())
-    return f
+    return files.write_output((root or paths.project_root()) / ".dockerignore", dockerignore())
 
 
 def stale(targets: list[Target], dist: Path | None = None, *, all_targets: bool = True, bake: str | None = None) -> list[str]:

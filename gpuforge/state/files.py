@@ -10,6 +10,8 @@
   symlink: folders are opened one component at a time with O_NOFOLLOW, files with O_NOFOLLOW, and a
   rename replaces a link rather than writing through it. The root itself may be a link (the user chose it).
 - Every OSError (ENOSPC, EACCES, EROFS, EISDIR, ELOOP ...) becomes one StateError line naming the path.
+- A folder of generated files (images/dist/<id>/) is replaced as one (`replace_folder`): written beside it, then
+  swapped in, so a crash leaves the old folder or the new one, never a half-written one.
 - Outputs (files written where a flag says: `--output`, the base lock) use the same writer through
   `write_output(s)`, except that a symlink at a file name is refused rather than replaced: the user named
   a file, and silently swapping their link for one is as surprising as writing through it.
@@ -18,10 +20,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +206,72 @@ class Folder:
                 raise error(self.path / name, e) from None
             if stat.S_ISLNK(st.st_mode):
                 raise error(self.path / name, OSError(errno.ELOOP, "symlink"))
+
+
+_RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h): swap two names in one step
+
+
+def _exchange(dir_fd: int, a: str, b: str) -> bool:
+    """Swap two entries of one folder in one step (Linux renameat2 RENAME_EXCHANGE); False where the C library or
+    the file system cannot, so the caller falls back to two renames."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+def replace_folder(path: Path | str, contents: dict[str, bytes], *, mode: int = 0o644) -> Path:
+    """Replace a folder of generated files as one. The files are written and fsynced into a new sibling
+    (`.<name>.<pid>.<random>.tmp`), which then takes the folder's place: exchanged with the old folder in one step
+    where the kernel can (then the old one is removed), else after the old one is renamed aside. A crash, Ctrl-C
+    or a full disk before the swap leaves the old folder whole and no sibling; a reader never sees some files new
+    and others old, or a folder half written. (Only with the fallback, a crash between its two renames leaves the
+    folder absent and both versions beside it as dot-folders.)"""
+    p = Path(path)
+    name, tag = p.name, f"{os.getpid()}.{secrets.token_hex(4)}"
+    new, old = f".{name}.{tag}.tmp", f".{name}.{tag}.old"
+    with Folder(p.parent) as parent:
+        try:
+            try:
+                os.mkdir(new, 0o777, dir_fd=parent.fd)  # the umask decides, as for any new folder
+            except OSError as e:
+                raise error(p.parent / new, e) from None
+            with Folder(parent.path, new, create=False) as d:
+                d.write_set(contents, mode=mode)
+            at = {"src_dir_fd": parent.fd, "dst_dir_fd": parent.fd}
+            try:
+                try:
+                    os.stat(name, dir_fd=parent.fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    os.rename(new, name, **at)  # nothing to replace
+                else:
+                    if not _exchange(parent.fd, new, name):  # after an exchange, `new` names the old folder
+                        os.rename(name, old, **at)
+                        try:
+                            os.rename(new, name, **at)
+                        except BaseException:
+                            os.rename(old, name, **at)  # the old folder back in its place
+                            raise
+            except OSError as e:
+                raise error(p, e) from None
+        finally:  # the unfinished new folder after an error, the replaced one (or a link that stood there) after the swap
+            for left in (new, old):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISDIR(os.stat(left, dir_fd=parent.fd, follow_symlinks=False).st_mode):
+                        shutil.rmtree(left, dir_fd=parent.fd)
+                    else:
+                        os.unlink(left, dir_fd=parent.fd)
+        try:
+            os.fsync(parent.fd)
+        except OSError as e:
+            raise error(p.parent, e) from None
+    return p
 
 
 def _is_regular(fd: int) -> bool:

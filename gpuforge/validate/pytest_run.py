@@ -29,8 +29,10 @@ from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.engine import progress as engine_progress
 from gpuforge.errors import ConfigError, EngineError, NodeNotFit, ValidationFailed
+from gpuforge.image import readiness
 from gpuforge.image.expected import Expected, ExpectedError
-from gpuforge.plan.matrix import Matrix, Target, load_matrix
+from gpuforge.plan.matrix import Matrix, load_matrix
+from gpuforge.plan.target import Target
 from gpuforge.state import files
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence, preflight, progress, report
@@ -204,6 +206,8 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
 
 
 GPU_MODULES = frozenset({"test_readiness", "test_gpu_smoke", "test_driver"})
+# readiness's exits that are the node's, not the image's: not fit, or not shown fit (an unknown the bars make block)
+NODE_EXITS = (readiness.HOST_EXIT, readiness.UNKNOWN_EXIT)
 
 
 def node_at_fault(rep: dict) -> str | None:
@@ -211,7 +215,7 @@ def node_at_fault(rep: dict) -> str | None:
     too); None when the image failed a check of its own, or readiness found the node fit."""
     ready = (rep.get("facts") or {}).get("readiness") or {}
     failed = {c["module"] for c in rep.get("checks", []) if c["outcome"] == "failed"}
-    if ready.get("exit") == NodeNotFit.return_code and failed <= GPU_MODULES:
+    if ready.get("exit") in NODE_EXITS and failed <= GPU_MODULES:
         return ready["verdict"]
     return None
 
@@ -315,7 +319,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                 print(md)
                 report.summarize(md)
     ready = ((raw or {}).get("facts") or {}).get("readiness") if level else None
-    if rc != 0 and ready and ready.get("exit") == NodeNotFit.return_code:
+    if rc != 0 and ready and ready.get("exit") in NODE_EXITS:
         msg = f"{host or image}: {ready['verdict']} (report: {rpath})"
         raise NodeNotFit(msg)
     if rc != 0:

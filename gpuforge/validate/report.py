@@ -14,6 +14,7 @@ import datetime as dt
 import functools
 import json
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def to_json(rep: dict) -> str:
 
 
 def summarize(md: str) -> None:
-    """Append report.md to $GITHUB_STEP_SUMMARY when set (an append-only file GitHub owns)."""
+    """Append Markdown (report.md, a support table, release notes) to $GITHUB_STEP_SUMMARY when set (an append-only
+    file GitHub owns); a file that cannot be written is one StateError line (exit 8), never a traceback."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         try:
@@ -104,6 +106,15 @@ def _plain_pass(rep: dict) -> bool:
     return rep.get("exit_status") == 0 and "failed" not in outcomes and "passed" in outcomes
 
 
+# A docstring's pointer into the issue tracker (a "#" and a number in parentheses, or several): meaningless to the
+# person who reads report.md, so the report leaves it out of the words it takes from the validators.
+_TRACKER_REF = re.compile(r"\s*\(#\d+(?:\s*[,–-]\s*#?\d+)*\)")
+
+
+def _words(doc: str) -> str:
+    return _TRACKER_REF.sub("", " ".join(doc.split()))
+
+
 @functools.cache
 def _docs() -> dict[str, tuple[str, dict[str, str]]]:
     """module -> (its concern, {check name: sentence}) from the validators' own docstrings."""
@@ -117,11 +128,11 @@ def _docs() -> dict[str, tuple[str, dict[str, str]]]:
             tree = ast.parse(f.read_text())
         except (OSError, SyntaxError, ValueError):
             continue
-        concern = " ".join((ast.get_docstring(tree) or "").split("\n\n")[0].split())
+        concern = _words((ast.get_docstring(tree) or "").split("\n\n")[0])
         checks = {}
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_"):
-                doc = " ".join((ast.get_docstring(node) or "").split())
+                doc = _words(ast.get_docstring(node) or "")
                 checks[node.name] = doc.split(". ")[0].rstrip(".") if doc else ""
         out[f.stem] = (concern, checks)
     return out

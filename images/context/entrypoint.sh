@@ -165,6 +165,20 @@ start_jupyter() {
 # A package that must be built is built after the start is ready: warm_start.py leaves a job file, and the
 # builder runs in the background while the mode runs (AOT_BUILDER; run_mode waits for it before the container ends).
 AOT_BUILDER=""
+# GPUFORGE_COMPILE_MODE=max-autotune-no-cudagraphs (docs/images.md): the warm starts compile in that mode, and what
+# max-autotune tunes is limited for the whole container, warm start and mode alike, so that a compile in the mode
+# finds the warm start's cache entries (their keys hold these settings). A value given by the user wins.
+compile_mode() {
+    case "${GPUFORGE_COMPILE_MODE:-default}" in
+        default) ;;
+        max-autotune-no-cudagraphs)
+            # cuDNN's convolutions, not Triton's templates: tens of seconds of tuning per shape, rarely faster
+            export TORCHINDUCTOR_MAX_AUTOTUNE_CONV_BACKENDS="${TORCHINDUCTOR_MAX_AUTOTUNE_CONV_BACKENDS:-ATEN}"
+            export TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS="${TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS:-ATEN,TRITON}" ;;
+        *) die "GPUFORGE_COMPILE_MODE=$GPUFORGE_COMPILE_MODE: use default or max-autotune-no-cudagraphs" ;;
+    esac
+}
+
 warm_start() {
     if [ -n "${GPUFORGE_COMPILE_CACHE:-}" ]; then
         export TORCHINDUCTOR_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/inductor" TRITON_CACHE_DIR="$GPUFORGE_COMPILE_CACHE/triton"
@@ -215,6 +229,7 @@ esac
 
 if [ "$mode" != ssh ] || [ "$(id -u)" != 0 ]; then ensure_home; fi
 preflight
+compile_mode
 warm_start
 metrics_beside
 case "$mode" in

@@ -5,6 +5,12 @@ through testinfra's local:// backend. Each check records its figures and `ok`; a
 is recorded with its error, so one broken part never hides the others.
 
   python gpu_smoke.py [--out FILE] [--only a,b] [--multi-gpu] [--thresholds JSON] [--serial] [--isolate a,b]
+  python gpu_smoke.py --level r1|r2 [--strict] [--gpus N] [--bars JSON] [--cuda X.Y] [--out FILE]
+
+--level is the node's readiness (gpuforge.image.readiness), run as a probe whose exit code always agrees with its
+verdict: the measuring work in a child process of this program, the verdict printed here, last, and only when the
+child exited cleanly with the code its report names; a child that crashed, even after its verdict, is exit 5
+(gpuforge.image.supervise).
 
 Schedule (the whole suite in well under a minute on one GPU): the compile-heavy checks named by --isolate run
 each in a fresh process of their own (their own empty Inductor cache), concurrently with the rest, which run
@@ -34,7 +40,7 @@ from pathlib import Path
 # gpuforge.image sits beside the programs: /opt/gpuforge/lib in an image, the checkout's root on a GPU host.
 _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(p) for p in (_HERE.parent / "lib", _HERE.parent.parent) if (p / "gpuforge" / "image").is_dir()]
-from gpuforge.image import readiness, smoke_verdicts  # noqa: E402 - after the path above
+from gpuforge.image import readiness, smoke_verdicts, supervise  # noqa: E402 - after the path above
 from gpuforge.image.expected import Expected, ExpectedError  # noqa: E402
 
 TARGET_JSON = "/opt/gpuforge/target.json"  # what the image was built to contain (rendering writes it)
@@ -863,14 +869,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="compile_modes: each mode in a process of its own, concurrently")
     ap.add_argument("--level", choices=list(readiness.LEVELS), help="only the node's readiness: r1 NVML health, driver, "
                     "limits (about a second); r2 r1 and each GPU's speed against its model's floors (about 10 s a GPU); "
-                    "exit 0 ready, 10 the node is not fit, 5 the image is at fault")
+                    "exit 0 ready, 10 the node is not fit, 5 the image is at fault (a probe that crashes included), "
+                    "12 not shown fit (--strict: a check could not look)")
+    ap.add_argument("--strict", action="store_true", help="--level: a check that could not look (the kernel log "
+                    "closed to the container) blocks, exit 12; without it, it passes, named in the verdict")
+    ap.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)  # --level's measuring process
     ap.add_argument("--gpus", type=int, help="--level: the GPUs asked for (default: all the node has)")
     ap.add_argument("--bars", help="--level: JSON object of bars (the host toolkit's readiness.bars()); default: the "
                     "compat data's")
     ap.add_argument("--cuda", help="--level: the image's CUDA (default: /opt/gpuforge/target.json's)")
     args = ap.parse_args(argv)
+    if args.level and args.probe_child:
+        ready_child(args)  # never returns
     if args.level:
-        return ready(args)
+        ready_supervised(args, sys.argv[1:] if argv is None else list(argv))  # never returns
     _MODES.update(only=args.compile_mode, apart=args.compile_modes_apart)
     TH.clear()
     TH.update(json.loads(args.thresholds) if args.thresholds else smoke_verdicts.default_thresholds())
@@ -904,11 +916,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["ok"] else 1
 
 
-def ready(args) -> int:
-    """A readiness level (gpuforge.image.readiness): the verdict line on stderr, the report as JSON on stdout."""
+def ready_supervised(args, argv: list[str]):
+    """A readiness level as a probe a node can trust (gpuforge.image.supervise): the measuring work in a child process
+    of this program (`--probe-child`), its verdict printed here, last, only when the child exited cleanly with the
+    exit code its report names; a child that crashed, even after its verdict, is exit 5. The report as JSON on
+    stdout, the verdict line on stderr. Never returns."""
+    supervise.probe([sys.executable, os.path.abspath(__file__), *argv, "--probe-child"], level=args.level,
+                    label=f"gpuforge selftest {args.level}", out=args.out,
+                    extra_s=lambda rep: (rep.get("facts") or {}).get("seconds"))
+
+
+def ready_report(args) -> dict:
+    """A readiness level's report (gpuforge.image.readiness), each finding printed on stderr as it is judged."""
     t0 = time.perf_counter()
     cuda = args.cuda or _image_cuda()
     bars = json.loads(args.bars) if args.bars else readiness.bars()
+    if args.strict:
+        bars["unknown_blocks"] = True
     facts = readiness.collect()
     facts["level"] = args.level
     facts["r1_seconds"] = round(time.perf_counter() - t0, 2)  # r1's facts collected
@@ -916,16 +940,28 @@ def ready(args) -> int:
         facts["speed"] = measure_r2(bars)
     findings = readiness.judge_level(facts, args.level, request=args.gpus, image_cuda=cuda, bars=bars)
     facts["seconds"] = round(time.perf_counter() - t0, 2)
-    report = readiness.report(facts, findings, args.level)
     for f in findings:
-        print(f"gpuforge selftest {args.level}: {f.check}: {'ok' if f.ok else 'FAILED (' + f.blame + ')'}: {f.figure}",
-              file=sys.stderr)
-    print(f"gpuforge selftest {args.level}: {report['verdict']} ({facts['seconds']} s)", file=sys.stderr)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(json.dumps(report, indent=2, default=str) + "\n")
-    print(json.dumps(report, default=str))
-    return report["exit"]
+        state = "ok" if f.ok and not f.unknown else "not known" if f.ok else f"FAILED ({f.blame})"
+        print(f"gpuforge selftest {args.level}: {f.check}: {state}: {f.figure}", file=sys.stderr)
+    return readiness.report(facts, findings, args.level)
+
+
+def ready_child(args):
+    """`--level ... --probe-child`: the measuring process. Its report is its last line on stdout, and it ends with
+    os._exit(the report's exit code): no interpreter teardown (NVML, CUDA, Inductor's compile workers, timing threads)
+    runs after its verdict is decided. Never returns."""
+    try:
+        report = ready_report(args)
+        text, code = json.dumps(report, default=str), report["exit"]
+    except BaseException:  # the parent says the probe crashed before its verdict; the traceback says where
+        traceback.print_exc()
+        text, code = "", supervise.CRASH_EXIT
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def measure_r2(bars: dict) -> dict:

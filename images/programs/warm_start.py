@@ -13,6 +13,14 @@
   GPUFORGE_WARM_OVERLAP=1|0       a package start with no GPUFORGE_WARMUP: while torch is imported, a thread
                                   retains the GPU's primary CUDA context and hashes the package and its
                                   reference (1, the default); 0 does neither
+  GPUFORGE_COMPILE_MODE=MODE      default, or max-autotune-no-cudagraphs: the built-in warm-ups, a start served by
+                                  torch.compile and the package's build compile in that mode (a package's key and
+                                  an artifacts file's key name it); the entrypoint limits what max-autotune tunes
+                                  (TORCHINDUCTOR_MAX_AUTOTUNE_CONV_BACKENDS=ATEN, docs/images.md)
+
+Compile-cache artifacts carry a key beside them (FILE.key.json: torch, CUDA, the GPU model, the compile mode): an
+artifacts file made for another GPU model or mode is not loaded, and this start's are saved in its place (Inductor's
+caches are per GPU model: another model's entries never hit).
 
 With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
 model function and a sha256 of its source file, the weights) and whose bytes match the key's sha256 is loaded
@@ -69,13 +77,38 @@ def fail(msg: str, code: int = 64) -> int:
     return code
 
 
-def resnet50_bs1() -> dict:
-    """The built-in warm-up and the perf table's probe: ResNet-50, batch 1, compiled, 3 synced calls; the first
-    compiled output is checked against eager (a start that serves wrong answers is not ready)."""
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # GPUFORGE_COMPILE_MODE: no CUDA graphs in a package
+
+
+def compile_mode(env=None) -> str | None:
+    """GPUFORGE_COMPILE_MODE: unset -> default; one of COMPILE_MODES; anything else -> None (bad input)."""
+    value = (os.environ if env is None else env).get("GPUFORGE_COMPILE_MODE") or "default"
+    return value if value in COMPILE_MODES else None
+
+
+def compile_kwargs() -> dict:
+    """torch.compile's arguments for this start's mode ({} for default: torch.compile(model) as before)."""
+    mode = compile_mode()
+    return {} if mode in (None, "default") else {"mode": mode}
+
+
+def mode_configs() -> dict:
+    """Inductor's settings of this start's mode, for an AOTInductor build (which takes settings, not a mode)."""
+    mode = compile_mode()
+    if mode in (None, "default"):
+        return {}
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
+
+
+def _checked_warmup(make_model) -> dict:
+    """Compile the model in this start's mode, run it 3 times (synced), its first output checked against eager: a
+    start that serves wrong answers is not ready."""
     import torch
 
-    model, (x,) = resnet50_bs1_model()
-    f = torch.compile(model)
+    model, (x,) = make_model()
+    f = torch.compile(model, **compile_kwargs())
     with torch.no_grad():
         want = model(x)
         err = rel_err(f(x), want)
@@ -84,11 +117,23 @@ def resnet50_bs1() -> dict:
         for _ in range(2):
             f(x)
             torch.cuda.synchronize()
-    limit = warm_start_limit()
+    limit = warm_start_limit(bf16=x.dtype == torch.bfloat16)
     if not err < limit:
-        msg = f"the compiled ResNet-50's output is off eager by {err:.2e} (>= {limit})"
+        msg = f"the compiled model's output is off eager by {err:.2e} (>= {limit})"
         raise RuntimeError(msg)
-    return {"rel_err": err, "rel_err_limit": limit, "first_correct_unix": first}
+    return {"rel_err": err, "rel_err_limit": limit, "first_correct_unix": first,
+            "compile_mode": compile_mode() or "default"}
+
+
+def resnet50_bs1() -> dict:
+    """The built-in warm-up and the perf table's probe: ResNet-50, batch 1, compiled, checked against eager."""
+    return _checked_warmup(resnet50_bs1_model)
+
+
+def resnet50_bs64_bf16() -> dict:
+    """The built-in max-autotune warm-up: ResNet-50, batch 64, bf16 (the GEMMs and convolutions max-autotune
+    tunes), compiled, checked against eager."""
+    return _checked_warmup(resnet50_bs64_bf16_model)
 
 
 def resnet50_bs1_model():
@@ -103,6 +148,18 @@ def resnet50_bs1_model():
     return model, (x,)
 
 
+def resnet50_bs64_bf16_model():
+    """ResNet-50 as resnet50_bs1_model, in bf16 (weights and inputs), batch 64."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = torchvision.models.resnet50().eval().to(torch.bfloat16)
+        x = torch.randn(64, 3, 224, 224, dtype=torch.bfloat16)
+    return model, (x,)
+
+
 def _resnet50_weights() -> str:
     """The built-in model's weights, declared: seeded random init, so torchvision's version and the seed name
     them (torch's version and the GPU are in every key). Read from the package metadata: no torchvision import."""
@@ -112,6 +169,7 @@ def _resnet50_weights() -> str:
 
 
 resnet50_bs1_model.aot_weights = _resnet50_weights
+resnet50_bs64_bf16_model.aot_weights = lambda: _resnet50_weights() + " in bf16"
 
 
 # --- the package's key: pure functions over plain facts (unit-tested without torch) ---------------------------
@@ -130,13 +188,72 @@ def ref_path(package: str) -> str:
     return f"{package}.ref.pt"
 
 
-def warm_start_limit() -> float:
-    """The bar a start's first output is held to against eager: the compat data's warm_start_rel_err."""
+def warm_start_limit(bf16: bool = False) -> float:
+    """The bar a start's first output is held to against eager: the compat data's warm_start_rel_err (its _bf16
+    one for a bf16 output)."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     from gpu_smoke import smoke_verdicts  # gpu_smoke puts gpuforge.image (the compat data) on the path
 
-    return float(smoke_verdicts.default_thresholds()["warm_start_rel_err"])
+    return float(smoke_verdicts.default_thresholds()["warm_start_rel_err_bf16" if bf16 else "warm_start_rel_err"])
+
+
+# --- the artifacts file's key: what Inductor's caches are valid for ---------------------------------------------
+
+def artifacts_facts(torch_version: str, cuda: str | None, gpu: str) -> dict:
+    """What compile-cache artifacts are good for: Inductor keys its entries by torch, CUDA and the GPU model, and
+    the compile mode is in every graph's key; another model's or mode's entries load but never hit."""
+    return {"torch": torch_version, "cuda": cuda, "gpu": gpu, "compile_mode": compile_mode() or "default"}
+
+
+def artifacts_key(artifacts: str) -> dict | None:
+    """The facts an artifacts file was saved for (FILE.key.json), or None (none, unreadable: made before keys)."""
+    try:
+        with open(key_path(artifacts)) as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def artifacts_stale(saved: dict | None, facts: dict, gpus: list[str] | None) -> str:
+    """Why an artifacts file is not for this start ("" when it is, or cannot be told). Before any CUDA call the
+    GPU is known by NVML's names (`gpus`, None when NVML is unreadable); after the warm-up, by facts["gpu"]."""
+    if saved is None:
+        return "it has no key (saved before keys)"
+    other = sorted(k for k in ("torch", "cuda", "compile_mode") if saved.get(k) != facts.get(k))
+    if gpus is not None and saved.get("gpu") not in gpus:
+        other.append("gpu")
+    if gpus is None and facts.get("gpu") and saved.get("gpu") != facts["gpu"]:
+        other.append("gpu")
+    return f"made for other {', '.join(other)} ({', '.join(f'{k} {saved.get(k)}' for k in other)})" if other else ""
+
+
+def nvml_gpu_names() -> list[str] | None:
+    """The GPU models this container sees, from NVML (no CUDA context made); None when NVML cannot say."""
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+        try:
+            names = [nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i)) for i in range(nv.nvmlDeviceGetCount())]
+        finally:
+            nv.nvmlShutdown()
+    except Exception:  # no NVML here: the GPU is checked after the warm-up instead
+        return None
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
+def save_artifacts(artifacts: str, blob: bytes, facts: dict) -> None:
+    """The artifacts and their key, each written whole (os.replace), the key last: never a half-written file or a
+    key that names other bytes for the next container (mkstemp's 0600 widened: the next one may be another uid)."""
+    folder = os.path.dirname(os.path.abspath(artifacts))
+    for path, data in ((artifacts, blob), (key_path(artifacts), json.dumps(facts, sort_keys=True).encode())):
+        fd, tmp = tempfile.mkstemp(prefix=".artifacts.", suffix=".tmp", dir=folder)
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
 
 
 def rel_err(got, want) -> float:
@@ -395,9 +512,11 @@ def base_facts(model_spec: str, make_model=None) -> dict:
     import torch
 
     p = torch.cuda.get_device_properties(0)
+    mode = compile_mode()  # only a mode other than default is named: default keys stay what they were
     return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": p.name, "capability": f"{p.major}.{p.minor}",
             **cpu_facts(), "model": model_spec,
-            "source": source_sha256(make_model) if make_model is not None else "unknown"}
+            "source": source_sha256(make_model) if make_model is not None else "unknown",
+            **({"compile_mode": mode} if mode not in (None, "default") else {})}
 
 
 def package_facts(model, inputs, model_spec: str, make_model=None) -> dict:
@@ -526,7 +645,8 @@ def build_package(package: str, model, inputs, facts: dict) -> dict:
     try:
         with torch.no_grad():
             ep = torch.export.export(model, tuple(inputs))
-        torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=aoti_build_configs(AOT_BUILD))
+        configs = {**aoti_build_configs(AOT_BUILD), **mode_configs()}  # max-autotune: its tuned kernels in the package
+        torch._inductor.aoti_compile_and_package(ep, package_path=built, inductor_configs=configs)
         contents = package_contents(built)
         ref = os.path.join(work, "ref.pt")
         with torch.no_grad():  # the eager output every start's first call is checked against
@@ -572,7 +692,7 @@ def _serve(rep: dict, runner, package: str, specs: list, load_s: float) -> str:
                 torch.cuda.synchronize()
     except Exception as e:
         return f"it failed to run ({type(e).__name__}: {str(e)[-200:]})"
-    limit = warm_start_limit()
+    limit = warm_start_limit(bf16=any(dtype == "torch.bfloat16" for _, dtype in specs))
     if not err < limit:
         return f"its output is off the eager reference by {err:.2e} (>= {limit})"
     rep.update(aot="loaded", aot_binding=getattr(runner, "binding", "unknown"),
@@ -622,7 +742,7 @@ def aot_start(package: str, make_model, spec: str, have_warmup: bool, job: str |
         facts["inputs"] = input_specs(inputs)
     t0 = time.perf_counter()
     if not have_warmup:  # this start is served the way it was before packages: torch.compile, checked
-        f = torch.compile(model)
+        f = torch.compile(model, **compile_kwargs())
         with torch.no_grad():
             want = model(*inputs)
             err = rel_err(f(*inputs), want)
@@ -703,6 +823,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"GPUFORGE_WARM_OVERLAP={os.environ['GPUFORGE_WARM_OVERLAP']!r}: use 1 (the default) or 0")
     if args.warmup and not SPEC.match(args.warmup):
         return fail(f"GPUFORGE_WARMUP={args.warmup!r}: use module:function (e.g. myapp.serve:warmup)")
+    if compile_mode() is None:
+        return fail(f"GPUFORGE_COMPILE_MODE={os.environ['GPUFORGE_COMPILE_MODE']!r}: use {' or '.join(COMPILE_MODES)}")
     if args.aot_package:
         if not args.aot_model or not SPEC.match(args.aot_model):
             return fail(f"GPUFORGE_AOT_MODEL={args.aot_model!r}: with GPUFORGE_AOT_PACKAGE, name the model as "
@@ -724,7 +846,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ImportError, AttributeError) as e:
             return fail(f"{type(e).__name__}: {e} (GPUFORGE_AOT_MODEL={args.aot_model!r})")
         return build_only(args.aot_package, make_model, args.aot_model)
-    rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts, "aot_package": args.aot_package}
+    rep: dict = {"warmup": args.warmup, "artifacts": args.artifacts, "aot_package": args.aot_package,
+                 "compile_mode": compile_mode()}
     # Only for a package start with no user warm-up: the package's key check touches CUDA before any user code
     # runs, so an early context changes nothing for it; a user warm-up that forks workers before its first CUDA
     # call must not find the driver initialised in its parent.
@@ -735,7 +858,17 @@ def main(argv: list[str] | None = None) -> int:
     rep["import_s"] = round(time.perf_counter() - T_START, 3)
     if join is not None:
         rep.update(join())
+    stale = ""
     if args.artifacts and os.path.exists(args.artifacts):
+        saved_for = artifacts_key(args.artifacts)
+        if saved_for is not None:  # a file saved before keys is loaded as before, and saved again with its key
+            stale = artifacts_stale(saved_for, artifacts_facts(torch.__version__, torch.version.cuda, ""),
+                                    nvml_gpu_names())
+        if stale:
+            rep["artifacts_stale"] = stale
+            print(f"gpuforge: compile cache artifacts {args.artifacts}: {stale}: not loaded; this start's are saved "
+                  "in its place", file=sys.stderr)
+    if args.artifacts and os.path.exists(args.artifacts) and not stale:
         t0 = time.perf_counter()
         # torch 2.7.1: load_cache_artifacts as the first touch of torch.compiler._cache is a circular import
         # (through torch._inductor.runtime.runtime_utils -> torch._dynamo.utils); Dynamo first breaks the cycle
@@ -774,14 +907,13 @@ def main(argv: list[str] | None = None) -> int:
         if fn is not None:
             aot.pop("first_ready_s", None)  # the user's warm-up decided when this start was ready
         rep.update(aot)
-    if fn is not None or args.aot_package:
-        if args.artifacts and not os.path.exists(args.artifacts):
+    if (fn is not None or args.aot_package) and args.artifacts:
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+        facts = artifacts_facts(torch.__version__, torch.version.cuda, gpu)
+        if not os.path.exists(args.artifacts) or artifacts_stale(artifacts_key(args.artifacts), facts, None):
             saved = torch.compiler.save_cache_artifacts()
             if saved:
-                tmp = f"{args.artifacts}.tmp{os.getpid()}"
-                with open(tmp, "wb") as f:
-                    f.write(saved[0])
-                os.replace(tmp, args.artifacts)  # never a half-written file for the next container
+                save_artifacts(args.artifacts, saved[0], facts)
                 rep["saved_bytes"] = len(saved[0])
     rep["inductor_cache"] = _counters()
     rep["process_s"] = round(time.perf_counter() - T_START, 3)

@@ -1,16 +1,15 @@
-"""The admission policy (#28), evaluated for real: `gpuforge policy --env prod --pool h200 --format cue` is handed to
-`cosign verify-attestation --policy` against a local registry (Debian's docker-registry), on one good image and the
-hostile ones, each refused with a one-line reason: evidence for another pool, a failed test, a skipped required check,
-evidence older than the time to live, another signer, and a statement whose subject is another digest.
-
-Each image is a small image of its own (one file; `docker import`), carrying the in-toto Test Result that gpuforge's
-own code makes (gpuforge.publish.statements, from the real H200 run's report: tests/fleet_reports.py) and signs
-(gpuforge.registry.attest). cosign requires every Test Result on a digest to pass its --policy, so each carries one.
+"""The admission policy, evaluated for real against a local registry (Debian's docker-registry): every case of
+tests/admission_cases.py is an image of its own carrying the in-toto Test Result that gpuforge's own code makes
+(gpuforge.publish.statements, from the real H200 run's report: tests/fleet_reports.py) and signs
+(gpuforge.registry.attest). `gpuforge policy --env prod --pool h200 --format cue` is handed to
+`cosign verify-attestation --policy`: the good images are admitted, each hostile one refused with a one-line reason.
+`--format rego` is handed to OPA and regorus with the statements `cosign verify-attestation` verified and printed
+(without a policy: what it hands a --policy), and both decide every case as cosign decided it under the CUE.
 """
 
 from __future__ import annotations
 
-import copy
+import base64
 import datetime as dt
 import io
 import json
@@ -23,7 +22,8 @@ import time
 
 import pytest
 import state_here
-from fleet_reports import BASE, FLEET, base_from_h200_run, gpu_report
+from admission_cases import CASES, ENGINES, POOL, Case, predicates, rego_allow
+from fleet_reports import BASE, FLEET
 from registries import LocalRegistry
 
 from conftest import need
@@ -31,7 +31,6 @@ from gpuforge.cli import main
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.publish import policy, statements
 from gpuforge.registry import attest
-from gpuforge.validate.report_model import Report
 
 pytestmark = pytest.mark.docker
 PASSWORD = "admission-test-key-pass"
@@ -66,7 +65,7 @@ def _image(setup, name: str) -> str:
         info = tarfile.TarInfo("case.txt")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    repo = f"{setup['reg'].host}/gpuforge-admission/{name}"
+    repo = f"{setup['reg'].host}/gpuforge-admission/{name.lower()}"  # repository names are lowercase
     setup["docker"].api.import_image_from_data(buf.getvalue(), repository=repo, tag="v1")
     pushed = setup["docker"].images.push(repo, tag="v1")
     assert "error" not in pushed.lower(), pushed
@@ -74,109 +73,117 @@ def _image(setup, name: str) -> str:
     return f"{repo}@{digest}"
 
 
-def _sign(ref: str, rep: dict, setup, *, key: str = "ours", at: dt.datetime | None = None) -> None:
-    """What `validate --attest` signs as the Test Result of this report (its statement for the first scope)."""
-    [pred, *_] = statements.test_results(Report.of(rep), ref=ref, target=setup["t"], signed_at=at)
-    attest.attest_data(ref, pred, statements.TEST_RESULT_TYPE, signer=state_here.signer(str(setup["d"] / f"{key}.key")))
+def _envelope(ref: str, pred: dict, setup) -> str:
+    p = setup["d"] / "pred.json"
+    p.write_text(json.dumps(pred))
+    return subprocess.run(["cosign", "attest", "--allow-http-registry", "--allow-insecure-registry", "--yes", "--no-upload",
+                           "--tlog-upload=false", "--type", statements.TEST_RESULT_TYPE, "--predicate", str(p), "--key",
+                           str(setup["d"] / "ours.key"), ref], capture_output=True, text=True, check=True).stdout
+
+
+def _sign(ref: str, case: Case, setup, name: str) -> list[dict]:
+    """What `validate --attest` signs for the case (its predicates, edited where the case says) onto `ref`; a statement
+    about another image is signed for that image and attached to `ref`. Returns the predicates signed."""
+    at = dt.datetime.now(dt.UTC) - dt.timedelta(days=case.days)
+    if case.other_subject:
+        other = _image(setup, f"{name}-subject")
+        [pred] = predicates(case, ref=other, target=setup["t"], signed_at=at)
+        (setup["d"] / "envelope.json").write_text(_envelope(other, pred, setup))
+        subprocess.run(["cosign", "attach", "attestation", "--allow-http-registry", "--allow-insecure-registry",
+                        "--attestation", str(setup["d"] / "envelope.json"), ref], capture_output=True, check=True)
+        assert not _verified_statements(other, setup)  # nothing was attached to the other image itself
+        return [pred]
+    preds = predicates(case, ref=ref, target=setup["t"], signed_at=at)
+    for pred in preds:
+        attest.attest_data(ref, pred, statements.TEST_RESULT_TYPE,
+                           signer=state_here.signer(str(setup["d"] / f"{case.key}.key")))
+    return preds
+
+
+def _cosign_verify(ref: str, setup, policy_file=None) -> subprocess.CompletedProcess:
+    policy_args = ["--policy", str(policy_file)] if policy_file else []
+    return subprocess.run(["cosign", "verify-attestation", "--allow-http-registry", "--allow-insecure-registry",
+                           "--insecure-ignore-tlog=true", "--key", str(setup["d"] / "ours.pub"), "--type",
+                           statements.TEST_RESULT_TYPE, *policy_args, ref], capture_output=True, text=True, timeout=60,
+                          env={**os.environ})
 
 
 def _verify(ref: str, policy_file, setup) -> tuple[int, str, float]:
+    """cosign's decision under the policy: (exit code, the first line of its reason, seconds)."""
     t0 = time.monotonic()
-    r = subprocess.run(["cosign", "verify-attestation", "--allow-http-registry", "--allow-insecure-registry",
-                        "--insecure-ignore-tlog=true", "--key", str(setup["d"] / "ours.pub"), "--type",
-                        statements.TEST_RESULT_TYPE, "--policy", str(policy_file), ref],
-                       capture_output=True, text=True, timeout=60, env={**os.environ})
+    r = _cosign_verify(ref, setup, policy_file)
     reason = [ln.strip("- ").strip() for ln in r.stderr.splitlines()
               if ln.strip() and not ln.startswith(("WARNING", "will be validating", "There are", "Error:", "error during"))]
     return r.returncode, (reason[0] if reason else r.stderr.strip().splitlines()[-1]), time.monotonic() - t0
 
 
+def _verified_statements(ref: str, setup) -> list[dict]:
+    """The statements `cosign verify-attestation` (no policy) verified and printed, decoded from their envelopes:
+    the input a --policy file gets; none when cosign verifies none (another signer, another subject)."""
+    r = _cosign_verify(ref, setup)
+    if r.returncode != 0:
+        return []
+    envelopes = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(base64.b64decode(e["payload"])) for e in envelopes]
+
+
+def _engines(rego_file, found: list[dict]) -> dict[str, bool]:
+    """Each engine's decision for the digest, as cosign makes one of a --policy: every statement it verified admitted
+    (and at least one)."""
+    text = rego_file.read_text()
+    allows = [rego_allow(text, s) for s in found]
+    return {e: bool(allows) and all(a[e] is True for a in allows) for e in ENGINES}
+
+
 @pytest.fixture(scope="module")
-def pool_policy(setup):
-    out = setup["d"] / "prod-h200.cue"
-    assert main(["--matrix", str(setup["d"] / "matrix.yaml"), "policy", "--env", "prod", "--pool", "h200", "--format",
-                 "cue", "--max-age-days", "30", "--output", str(out)]) == 0
+def pool_policies(setup):
+    out = {}
+    for fmt in ("cue", "rego"):
+        out[fmt] = setup["d"] / f"prod-{POOL}.{fmt}"
+        assert main(["--matrix", str(setup["d"] / "matrix.yaml"), "policy", "--env", "prod", "--pool", POOL, "--format",
+                     fmt, "--max-age-days", "30", "--output", str(out[fmt])]) == 0
     return out
 
 
-def _green_h200() -> dict:
-    return gpu_report(base_from_h200_run())
-
-
-def _failed() -> dict:
-    rep = copy.deepcopy(_green_h200())
-    next(c for c in rep["checks"] if c["outcome"] == "passed")["outcome"] = "failed"
-    return rep
-
-
-def _skipped_required() -> dict:
-    rep = copy.deepcopy(_green_h200())
-    c = next(c for c in rep["checks"] if c["outcome"] == "passed" and c["id"] in rep["evidence"]["required"])
-    c.update(outcome="skipped", message="Skipped: not today")
-    return rep
-
-
-CASES = {  # case -> (report, signing key, signed days ago, the refusal's reason)
-    "another-pool": (lambda: gpu_report(base_from_h200_run(), model="A100", driver="570.133.20"), "ours", 0,
-                     'configuration.0.name: conflicting values "gpuforge.dev/pool/a100" and "gpuforge.dev/pool/h200"'),
-    "failed-test": (_failed, "ours", 0, 'predicate.result: invalid value "FAILED"'),
-    "skipped-required": (_skipped_required, "ours", 0, 'predicate.result: invalid value "FAILED"'),
-    "expired": (_green_h200, "ours", 40, "configuration.2.annotations.signedAt: invalid value"),
-    "another-signer": (_green_h200, "other", 0, "no matching attestations"),
-}
-
-
-def test_the_good_image_is_admitted_to_its_pool(setup, pool_policy):
-    ref = _image(setup, "good")
-    _sign(ref, _green_h200(), setup)
-    rc, reason, seconds = _verify(ref, pool_policy, setup)
-    assert rc == 0, reason
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cosign_opa_and_regorus_decide_each_case_alike(setup, pool_policies, name):
+    case = CASES[name]
+    ref = _image(setup, name)
+    signed = _sign(ref, case, setup, name)
+    rc, reason, seconds = _verify(ref, pool_policies["cue"], setup)
+    assert (rc == 0) is case.admitted, f"{name}: cosign {'refused' if rc else 'admitted'} it: {reason}"
     assert seconds <= 5, f"verification took {seconds:.1f} s"
-    print(f"\nadmitted {ref} to pool h200 in {seconds:.2f} s")
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_hostile_image_is_refused_in_one_line(setup, pool_policy, case):
-    make, key, days, why = CASES[case]
-    ref = _image(setup, case)
-    _sign(ref, make(), setup, key=key, at=dt.datetime.now(dt.UTC) - dt.timedelta(days=days))
-    rc, reason, seconds = _verify(ref, pool_policy, setup)
-    assert rc != 0, f"{case}: admitted"
-    assert why in reason, f"{case}: {reason}"
-    assert "\n" not in reason and seconds <= 5
-    print(f"\n{case}: refused in {seconds:.2f} s: {reason}")
-
-
-def test_a_statement_about_another_digest_is_refused(setup, pool_policy):
-    """A valid statement for image B, signed with our key, attached to image A: its subject is not A's digest."""
-    a, b = _image(setup, "subject-a"), _image(setup, "subject-b")
-    [pred, *_] = statements.test_results(Report.of(_green_h200()), ref=b, target=setup["t"])
-    p = setup["d"] / "b-pred.json"
-    p.write_text(json.dumps(pred))
-    env = subprocess.run(["cosign", "attest", "--allow-http-registry", "--allow-insecure-registry", "--yes", "--no-upload",
-                          "--tlog-upload=false", "--type", statements.TEST_RESULT_TYPE, "--predicate", str(p), "--key",
-                          str(setup["d"] / "ours.key"), b], capture_output=True, text=True, check=True).stdout
-    (setup["d"] / "b-envelope.json").write_text(env)
-    subprocess.run(["cosign", "attach", "attestation", "--allow-http-registry", "--allow-insecure-registry",
-                    "--attestation", str(setup["d"] / "b-envelope.json"), a], capture_output=True, check=True)
-    rc, reason, seconds = _verify(a, pool_policy, setup)
-    assert rc != 0 and "no matching subject digest" in reason, reason
-    assert _verify(b, pool_policy, setup)[0] != 0  # nothing was attached to B itself
+    if not case.admitted:
+        assert case.cue_says in reason and "\n" not in reason, f"{name}: {reason}"
+    found = _verified_statements(ref, setup)
+    if case.verified:  # the engines judge exactly what was signed
+        assert sorted(json.dumps(s["predicate"], sort_keys=True) for s in found) == \
+            sorted(json.dumps(p, sort_keys=True) for p in signed)
+        assert all(s["predicateType"] == statements.TEST_RESULT_TYPE for s in found)
+    else:  # cosign's own checks (signer, subject): nothing reaches a policy
+        assert found == []
+    decisions = _engines(pool_policies["rego"], found)
+    assert decisions == dict.fromkeys(ENGINES, case.admitted), f"{name}: cosign (CUE) {'admitted' if rc == 0 else 'refused'}, " \
+        f"Rego: {decisions}"
+    verdict = "admitted" if rc == 0 else f"refused: {reason}"
+    print(f"\n{name}: {verdict} in {seconds:.2f} s; OPA and regorus agree on {len(found)} verified statement(s)")
 
 
 def test_the_non_gpu_policy_admits_the_non_gpu_statement_and_not_a_pool_one(setup):
-    out = setup["d"] / "dev.cue"
-    assert main(["--matrix", str(setup["d"] / "matrix.yaml"), "policy", "--env", "dev", "--output", str(out)]) == 0
-    rep = copy.deepcopy(_green_h200())
-    rep["gpu"] = False
-    rep["evidence"]["gpu_required"] = False
+    out = {}
+    for fmt in ("cue", "rego"):
+        out[fmt] = setup["d"] / f"dev.{fmt}"
+        assert main(["--matrix", str(setup["d"] / "matrix.yaml"), "policy", "--env", "dev", "--format", fmt,
+                     "--output", str(out[fmt])]) == 0
     ref = _image(setup, "non-gpu")
-    _sign(ref, rep, setup)
-    assert _verify(ref, out, setup)[0] == 0
+    _sign(ref, CASES["non-gpu-scope"], setup, "non-gpu")
+    assert _verify(ref, out["cue"], setup)[0] == 0
+    assert _engines(out["rego"], _verified_statements(ref, setup)) == dict.fromkeys(ENGINES, True)
     gpu = _image(setup, "gpu-only")
-    _sign(gpu, _green_h200(), setup)
-    rc, reason, _ = _verify(gpu, out, setup)
+    _sign(gpu, CASES["good"], setup, "gpu-only")
+    rc, reason, _ = _verify(gpu, out["cue"], setup)
     assert rc != 0 and "gpuforge.dev/scope/image" in reason, reason
+    assert _engines(out["rego"], _verified_statements(gpu, setup)) == dict.fromkeys(ENGINES, False)
 
 
 def test_policy_controller_document_carries_the_same_cue_and_the_key(setup):

@@ -19,7 +19,7 @@ the reuse is signed onto its digest, which promotion then reads), pushes that re
 push, and the classic devel build on the cold build's cache (~50 s). The build exports its layers at gzip level 1
 (`--compression-level`), and its torch layer must be larger than the same files gzipped by the run's push on 20.10. Run
 alone, it also makes the main engine's default build and the run's push and signed validation, which it compares with.
-Every step's seconds are printed, and a table of them at the end (docs/ci.md has a run's figures).
+Every step's seconds are printed, and a table of them at the end (docs/measurements/ci-suite.md has the figures).
 """
 
 from __future__ import annotations

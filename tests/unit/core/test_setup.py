@@ -44,7 +44,9 @@ def test_the_set_up_step_puts_gpuforge_on_path():
     # with the nox venv's pinned uv when it is there (about 1 s for the lock, against pip's 15 s), else pip
     assert '"$NOX_VENV/bin/uv" pip install -q --python "$GF_VENV/bin/python" "$@"' in SCRIPT
     assert 'else "$GF_VENV/bin/python" -m pip install -q "$@"; fi' in SCRIPT
-    assert "gf_pip --require-hashes -r requirements/dev.lock" in SCRIPT
+    assert 'gf_pip --require-hashes -r "$parts/resolved.lock"' in SCRIPT  # the lock less its apart part (test_locks.py)
+    assert 'gf_pip --python-version "$apart_python" --no-deps --require-hashes -r "$parts/apart.lock"' in SCRIPT
+    assert 'gf_pip --ignore-requires-python --no-deps --require-hashes -r "$parts/apart.lock"' in SCRIPT
     assert 'gf_pip --no-deps -e "$PWD"' in SCRIPT
     assert 'ln -sf "$GF_VENV/bin/gpuforge" "$GF_BIN/gpuforge"' in SCRIPT
     assert "GF_VENV=${GPUFORGE_SETUP_VENV:-/opt/gpuforge}" in SCRIPT and "GF_BIN=${GPUFORGE_SETUP_BIN:-/usr/local/bin}" in SCRIPT

@@ -7,8 +7,10 @@ import copy
 import json
 import time
 
+import pytest
 from fleet_reports import BASE, base_from_h200_run, gpu_report
 
+from gpuforge.errors import StateError
 from gpuforge.fleet import support
 from gpuforge.plan.matrix import load_matrix
 
@@ -83,3 +85,26 @@ def test_release_notes_carry_versions_driver_floor_gpus_skips_cve_and_size_chang
     md = support.render_notes(n)
     assert "**CVE verdict**: RED" in md and "+0.240 GB from `sha256:ffffffffffff" in md
     assert "| a100 | not validated |" in md
+
+
+def test_a_step_summary_that_cannot_be_written_is_one_state_error(tmp_path, monkeypatch):
+    """$GITHUB_STEP_SUMMARY is GitHub's file, appended to; one that cannot be written (here a folder) is exit 8 naming
+    it, as report.md's append is, not a traceback."""
+    m, t, pools, image, h200, _ = _setup(tmp_path)
+    digest = "sha256:" + "e" * 64
+    monkeypatch.setattr(support, "collect", lambda t, **kw: support.Evidence(target=t, digest=digest,
+                                                                              validation=[image, h200]))
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    text = support.support_cli(m, [t], fmt="markdown", verifier=None, records=None)
+    assert summary.read_text() == text + "\n"
+    blocked = tmp_path / "a-folder"
+    blocked.mkdir()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(blocked))
+    calls = [lambda: support.support_cli(m, [t], fmt="markdown", verifier=None, records=None),
+             lambda: support.notes_cli(m, [t], fmt="markdown", verifier=None, records=None, digest=None,
+                                       previous=None, output=None)]
+    for call in calls:
+        with pytest.raises(StateError) as e:
+            call()
+        assert e.value.return_code == 8 and str(e.value) == f"{blocked}: is a directory, not a file: remove or rename it"

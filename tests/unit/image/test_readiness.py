@@ -68,8 +68,6 @@ FAULTS = [
     ("mig", {"mig_mode": [0, 1]}, ["a MIG change waits for a GPU reset"]),
     ("xid", {"xid": {"source": "/dev/kmsg", "events": [{"pci": "PCI:0000:00:06", "xid": 79}]}},
      ["XID errors since boot: 79 on PCI:0000:00:06"]),
-    ("xid", {"xid": {"error": "PermissionError: [Errno 1] Operation not permitted: '/dev/kmsg'"}},
-     ["could not read XID errors", "Operation not permitted", "dmesg_restrict"]),
     ("memlock", {"memlock": 65536}, ["locked memory limited to 64 KiB", "--ulimit memlock=-1"]),
     ("shm", {"shm": 64 << 20}, ["/dev/shm is 64 MiB", "bus error", "--shm-size"]),
     ("shm", {"shm": {"error": "FileNotFoundError: /dev/shm"}}, ["could not read /dev/shm's size"]),
@@ -86,6 +84,48 @@ def test_each_fault_fails_its_check_blamed_on_the_host(check, changes, words):
     assert [c for c, x in found.items() if not x.ok] == [check]  # one fault, one failed check
     line, code = readiness.verdict(list(found.values()))
     assert code == 10 and line.startswith("NODE NOT FIT (host): ") and f.reason in line
+
+
+KMSG_CLOSED = {  # the error reading /dev/kmsg raised -> what the finding must say is missing
+    "FileNotFoundError: [Errno 2] No such file or directory: '/dev/kmsg'": "/dev/kmsg is not in this container",
+    "PermissionError: [Errno 1] Operation not permitted: '/dev/kmsg'": "takes CAP_SYSLOG (as root) or the host's "
+                                                                       "kernel.dmesg_restrict=0",
+}
+
+
+@pytest.mark.parametrize("error", list(KMSG_CLOSED))
+def test_an_unreadable_kernel_log_is_not_known_not_the_hosts_fault(error):
+    """A container run without --device /dev/kmsg --cap-add SYSLOG cannot look: the node is not known unfit."""
+    found = judge(broken(xid={"error": error}))
+    f = found["xid"]
+    assert f.ok and f.unknown and not f.blame and f.figure == "kernel log unreadable: XID errors not known"
+    for words in (KMSG_CLOSED[error], "--device /dev/kmsg --cap-add SYSLOG --user 0", "dmesg_restrict=0", error):
+        assert words in f.reason, f.reason
+    line, code = readiness.verdict(list(found.values()))
+    assert code == 0 and line.startswith(f"READY r1: {len(readiness.CHECKS) - 1} checks passed, 1 not known: xid: ")
+    assert "NOT FIT" not in line and "(host)" not in line
+
+
+def test_strict_makes_an_unknown_block_with_its_own_exit_code():
+    found = {f.check: f for f in readiness.judge(broken(xid={"error": "FileNotFoundError: /dev/kmsg"}), request=1,
+                                                 image_cuda="12.6", bars={**BARS, "unknown_blocks": True})}
+    f = found["xid"]
+    assert not f.ok and f.unknown and f.blame == readiness.UNKNOWN
+    line, code = readiness.verdict(list(found.values()))
+    assert code == readiness.UNKNOWN_EXIT == 12 and line.startswith("NOT SHOWN FIT (unknown; unknowns block here): xid: ")
+
+
+def test_a_host_fault_beside_an_unknown_is_the_hosts_and_names_the_unknown_too():
+    found = judge(broken(xid={"error": "FileNotFoundError: /dev/kmsg"}, memlock=65536))
+    line, code = readiness.verdict(list(found.values()))
+    assert code == 10 and line.startswith("NODE NOT FIT (host): memlock: ") and "; not known: xid: " in line
+    found = judge(broken(xid={"error": "FileNotFoundError: /dev/kmsg"}, require_cuda="cuda>=13.0"))
+    line, code = readiness.verdict(list(found.values()))
+    assert code == 5 and line.startswith("IMAGE AT FAULT: require_cuda: ") and "; not known: xid: " in line
+
+
+def test_the_compat_data_lets_an_unknown_pass_by_default():
+    assert BARS["unknown_blocks"] is False
 
 
 def test_benign_xids_pass_and_are_counted():

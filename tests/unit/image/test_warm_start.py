@@ -280,7 +280,7 @@ def fake(ws, monkeypatch):
     monkeypatch.setattr(ws, "input_specs", lambda inputs: [[[2, 4], "torch.float32"]])
     monkeypatch.setattr(ws, "example_inputs", lambda specs: ["x"])
     monkeypatch.setattr(ws, "pytree_leaves", lambda out: out)
-    monkeypatch.setattr(ws, "warm_start_limit", lambda: 1e-2)
+    monkeypatch.setattr(ws, "warm_start_limit", lambda bf16=False: 1e-2)
     t.errors = []  # what rel_err answers next (default 0.0: the package's output is the reference's)
     monkeypatch.setattr(ws, "rel_err", lambda got, want: t.errors.pop(0) if t.errors else 0.0)
     built = []
@@ -436,3 +436,60 @@ def test_bad_overlap_setting_is_one_line_exit_64():
                        env={**os.environ, "GPUFORGE_WARM_OVERLAP": "fast"})
     assert r.returncode == 64 and "GPUFORGE_WARM_OVERLAP='fast': use 1 (the default) or 0" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# --- max-autotune through the warm start: GPUFORGE_COMPILE_MODE, and the artifacts file's key ----------------------
+
+@pytest.mark.parametrize(("value", "want", "kwargs"), [
+    (None, "default", {}), ("", "default", {}), ("default", "default", {}),
+    ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs", {"mode": "max-autotune-no-cudagraphs"}),
+    ("max-autotune", None, {}), ("reduce-overhead", None, {}),  # CUDA graphs: nothing a package or a cache carries
+])
+def test_compile_mode_grammar(ws, monkeypatch, value, want, kwargs):
+    env = {} if value is None else {"GPUFORGE_COMPILE_MODE": value}
+    assert ws.compile_mode(env) == want
+    monkeypatch.setattr(ws.os, "environ", env)
+    assert ws.compile_kwargs() == kwargs  # default: torch.compile(model) exactly as before
+
+
+def test_a_bad_compile_mode_is_one_line_exit_64_before_torch():
+    r = subprocess.run([sys.executable, str(PROG)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GPUFORGE_COMPILE_MODE": "max-autotune"})
+    assert r.returncode == 64 and "GPUFORGE_COMPILE_MODE='max-autotune': use default or max-autotune-no-cudagraphs" \
+        in r.stderr and "Traceback" not in r.stderr
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_artifacts_for_another_gpu_model_or_mode_are_stale(ws, monkeypatch):
+    """Autotune results are per GPU model: one model's artifacts on a shared volume never serve another's start."""
+    monkeypatch.setattr(ws.os, "environ", {"GPUFORGE_COMPILE_MODE": "max-autotune-no-cudagraphs"})
+    saved = ws.artifacts_facts("2.7.1+cu126", "12.6", H100)
+    assert saved["compile_mode"] == "max-autotune-no-cudagraphs"
+    here = {**saved, "gpu": ""}  # before the first CUDA call the GPU is known by NVML's names only
+    assert ws.artifacts_stale(saved, here, [H100]) == ""
+    assert ws.artifacts_stale(saved, here, None) == ""  # NVML unreadable: told after the warm-up instead
+    assert ws.artifacts_stale(saved, here, ["NVIDIA H200"]) == f"made for other gpu (gpu {H100})"
+    assert ws.artifacts_stale(saved, {**saved, "gpu": "NVIDIA H200"}, None) == f"made for other gpu (gpu {H100})"
+    assert ws.artifacts_stale(saved, {**here, "compile_mode": "default"}, [H100]) == \
+        "made for other compile_mode (compile_mode max-autotune-no-cudagraphs)"
+    assert ws.artifacts_stale(None, here, [H100]) == "it has no key (saved before keys)"
+
+
+def test_artifacts_are_saved_whole_with_their_key_for_the_next_containers_user(ws, tmp_path):
+    path = str(tmp_path / "artifacts.bin")
+    facts = {"torch": "2.7.1", "cuda": "12.6", "gpu": H100, "compile_mode": "default"}
+    ws.save_artifacts(path, b"mega-cache", facts)
+    assert (tmp_path / "artifacts.bin").read_bytes() == b"mega-cache" and ws.artifacts_key(path) == facts
+    assert all(os.stat(p).st_mode & 0o777 == 0o644 for p in (path, ws.key_path(path)))
+    assert sorted(os.listdir(tmp_path)) == ["artifacts.bin", "artifacts.bin.key.json"]  # no temporary left
+    (tmp_path / "artifacts.bin.key.json").write_text("{not json")
+    assert ws.artifacts_key(path) is None
+
+
+def test_the_bf16_model_declares_its_weights_apart_from_the_fp32_one(ws, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.22.1")
+    assert ws.resnet50_bs64_bf16_model.aot_weights() == ws.resnet50_bs1_model.aot_weights() + " in bf16"

@@ -9,7 +9,8 @@ import pytest
 from conftest import BASE_MATRIX
 from gpuforge.cli import main
 from gpuforge.errors import ConfigError
-from gpuforge.plan.matrix import load_matrix, target_id
+from gpuforge.plan.matrix import load_matrix
+from gpuforge.plan.target import target_id
 
 
 def test_product_of_axes(write_matrix):

@@ -43,6 +43,26 @@ def test_check_names_stale_missing_and_extra_files(tmp_path):
         render.check([t], dist)
 
 
+def test_a_crash_while_writing_a_target_leaves_its_folder_whole(tmp_path, monkeypatch):
+    """`generate` replaces images/dist/<id>/ as one: a failure after the first file is written (here a file that
+    cannot be written; a full disk or Ctrl-C alike) leaves the previous folder as it was and nothing beside it."""
+    dist = tmp_path / "dist"
+    t = FLEET[0]
+    render.write(t, dist)
+    before = {f.name: f.read_bytes() for f in (dist / t.id).iterdir()}
+    broken = {"Dockerfile": b"FROM scratch\n", "target.json": None, "constraints.txt": b""}
+    monkeypatch.setattr(render, "render_target", lambda t: broken)
+    with pytest.raises(TypeError):
+        render.write(t, dist)
+    assert {f.name: f.read_bytes() for f in (dist / t.id).iterdir()} == before
+    assert [p.name for p in dist.iterdir()] == [t.id]  # no temp folder left
+    monkeypatch.undo()
+    (dist / t.id / "leftover.txt").write_text("x")  # a successful write replaces the whole folder
+    render.write(t, dist)
+    assert sorted(f.name for f in (dist / t.id).iterdir()) == sorted(render.PER_TARGET)
+    assert [p.name for p in dist.iterdir()] == [t.id]
+
+
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
     """A copy of what `generate` reads and writes, as the checkout (GPUFORGE_ROOT): the real one is never written."""

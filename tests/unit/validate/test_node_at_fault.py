@@ -29,3 +29,10 @@ def test_only_gpu_checks_failed_and_readiness_blames_the_node(failed):
 ])
 def test_anything_else_is_not_the_nodes_fault(failed, readiness):
     assert node_at_fault(rep(failed, readiness)) is None
+
+
+def test_an_unknown_the_bars_make_block_is_the_nodes_never_the_images():
+    """unknown_blocks: true and the kernel log closed: readiness's exit 12 is the node's to answer for (exit 10 here),
+    not a failed image."""
+    blocked = {"level": "r2", "verdict": "NOT SHOWN FIT (unknown; unknowns block here): xid: ...", "exit": 12}
+    assert node_at_fault(rep(["test_readiness"], blocked)) == blocked["verdict"]

@@ -114,3 +114,14 @@ def test_a_ready_node_adds_nothing_to_the_verdict():
     raw["facts"]["readiness"] = {"level": "r2", "verdict": "READY r2: 21 checks passed", "exit": 0, "findings": [],
                                  "facts": {}}
     assert parse(report.markdown(report.finish(raw)))["verdict"] == "PASSED (host check, not evidence)"
+
+
+def test_report_md_takes_the_validators_words_without_tracker_references():
+    """report.md speaks of the product: a validator docstring's pointer to a tracker ("devel (#30): ...") is left out
+    of the concern and sentences the report prints."""
+    for module in sorted(p.stem for p in paths.validators().glob("test_*.py")):
+        said = [report.concern(module), *report._docs()[module][1].values()]
+        assert not [s for s in said if re.search(r"#\d", s)], module
+    assert report.concern("test_devel").startswith("devel: what a devel image promises")
+    assert report.concern("test_linking").startswith("linking: every binary of the image finds the libraries")
+    assert report._words("gpu (#26, #28): a line\n  over two") == "gpu: a line over two"
