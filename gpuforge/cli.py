@@ -192,7 +192,7 @@ def cmd_validate(args) -> int:
     m, targets = _targets(args)
     o = options.for_args(args)
     if o.bundle:  # an isolated GPU runner: signed offline into a file, attached later (`gpuforge attach`)
-        from gpuforge.publish import signed_run
+        from gpuforge.evidence import signed_run
 
         signer = _bundle_signer(o, targets)
         return signed_run.validate_into_bundle(targets[0], out=Path(o.bundle), reports=Path(o.reports), signer=signer,
@@ -200,7 +200,7 @@ def cmd_validate(args) -> int:
                                                gpu_request=_gpu_request(args), progress_mode=o.progress)
     gpu_request = _gpu_request(args) if o.gpu else None
     if o.attest:  # sign in this process, from this run's results, onto the pushed digest
-        from gpuforge.publish import signed_run
+        from gpuforge.evidence import signed_run
 
         return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
                                               records=_records(o), pytest_args=o.pytest_args,
@@ -229,7 +229,7 @@ def _bundle_signer(o, targets: list):
 
 
 def cmd_attach(args) -> int:
-    from gpuforge.publish import attach
+    from gpuforge.evidence import attach
 
     o = options.for_args(args)
     m = _matrix(args)
@@ -265,17 +265,17 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from gpuforge.publish import promote
+    from gpuforge.push import pusher
 
     m, targets = _targets(args)
     o = options.for_args(args)
-    promote.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir),
-                         replace=o.replace, compression=o.compression, progress=o.progress)
+    pusher.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir),
+                        replace=o.replace, compression=o.compression, progress=o.progress)
     return 0
 
 
 def cmd_pull(args) -> int:
-    from gpuforge.publish import pull
+    from gpuforge.push import pull
     from gpuforge.registry.client import RegistryAuth
 
     m, targets = _targets(args)
@@ -299,7 +299,7 @@ def cmd_promote(args) -> int:
 
 
 def cmd_canary(args) -> int:
-    from gpuforge.publish import canary
+    from gpuforge.evidence import canary
 
     o = options.for_args(args)
     m, targets = _targets(args, all_by_default=True)  # what the environment holds: every target, as status reads it

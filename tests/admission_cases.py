@@ -19,7 +19,7 @@ import opa_bindings
 import regorus
 from fleet_reports import base_from_h200_run, gpu_report
 
-from gpuforge.publish import statements
+from gpuforge.evidence import statements
 from gpuforge.validate.report_model import Report
 
 POOL = "h200"
@@ -126,7 +126,7 @@ CASES: dict[str, Case] = {
 
 
 def predicates(case: Case, *, ref: str, target, signed_at) -> list[dict]:
-    """The Test Result predicates the case signs onto `ref`, in order (gpuforge.publish.statements, then `edit`)."""
+    """The Test Result predicates the case signs onto `ref`, in order (gpuforge.evidence.statements, then `edit`)."""
     out = []
     for make in (case.report, *([case.also] if case.also else [])):
         [pred, *_] = statements.test_results(Report.of(make()), ref=ref, target=target, signed_at=signed_at)

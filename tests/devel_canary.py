@@ -23,7 +23,9 @@ import steps
 from second_engine import matrix_copy
 
 from conftest import KEY_PASSWORD, ROOT, gpuforge
-from gpuforge.publish import promote, reuse, signed_run
+from gpuforge.evidence import reuse, signed_run
+from gpuforge.publish import promote
+from gpuforge.push import pusher
 from gpuforge.validate import evidence, pytest_run
 from gpuforge.validate.report_model import Report
 
@@ -60,8 +62,8 @@ def sign(t, digest: str, rep: dict, cosign_keys: dict, user: str, password: str)
     mp = pytest.MonkeyPatch()
     set_env(mp, cosign_keys, user, password)
     try:
-        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", rep, signer=state_here.signer(cosign_keys["key"]),
-                               target=t)
+        signed_run.sign_report(f"{t.registry}/{t.repository}@{digest}", Report.of(rep),
+                               signer=state_here.signer(cosign_keys["key"]), target=t)
     finally:
         mp.undo()
 
@@ -95,8 +97,8 @@ def run(devel, rec: dict, validated: dict, cosign_keys: dict, here: Path, user: 
         # the FIXTURE on a copy of these bytes (reuse is of another digest or repository holding the same content)
         source = on_registry(devel, host, SOURCE)
         with steps.step("the devel image pushed for the canary"):
-            [first] = promote.push_targets([source], **state_here.push_kw())
-            [pushed] = promote.push_targets([t], **state_here.push_kw())  # its layers are there: mounted
+            [first] = pusher.push_targets([source], **state_here.push_kw())
+            [pushed] = pusher.push_targets([t], **state_here.push_kw())  # its layers are there: mounted
         digest = pushed["digest"]
         assert first["digest"] == digest, (first, pushed)
         ref = f"{host}/{REPO}@{digest}"

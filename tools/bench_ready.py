@@ -42,7 +42,7 @@ import ready_probe  # beside this script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuforge.plan.target import ImageRef  # after the path set-up above
-from gpuforge.publish import soci
+from gpuforge.push import soci
 from gpuforge.registry.client import ANONYMOUS
 
 LAB = Path("/var/tmp/gfready")
@@ -220,7 +220,7 @@ def publish(lab: Lab, image: str) -> dict:
     say(f"pushed zstd: {time.monotonic() - t0:.0f} s")
     t0 = time.monotonic()  # the SOCI index as `gpuforge push --compression soci` makes it: the same code
     index = soci.index_pushed(ImageRef.parse(refs["gzip"]), gzip_digest, ANONYMOUS, LAB, LAB / "soci-index.log").digest
-    say(f"SOCI index {index[:19]} made and pushed (gpuforge.publish.soci): {time.monotonic() - t0:.0f} s")
+    say(f"SOCI index {index[:19]} made and pushed (gpuforge.push.soci): {time.monotonic() - t0:.0f} s")
     sizes = {w: compressed_size(r) for w, r in refs.items()}
     if sizes["zstd"] >= sizes["gzip"]:
         msg = f"the zstd image is not smaller ({sizes}): its layers were not recompressed"

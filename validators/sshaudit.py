@@ -1,6 +1,7 @@
 """ssh-audit's JSON (the pinned 3.9.0), read against its shape: on any surprise a problem naming what was found,
-never an AttributeError in the middle of a check (#27: `'str' object has no attribute 'get'` in 2 of ~10 runs on a
-loaded second engine, with nothing kept to say why). The validator keeps the raw output in the report."""
+never an AttributeError in the middle of a check (ssh-audit has answered a loaded engine's container with output of
+another shape, `'str' object has no attribute 'get'`, with nothing kept to say why). The validator keeps the raw
+output in the report."""
 
 from __future__ import annotations
 

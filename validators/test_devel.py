@@ -1,4 +1,4 @@
-"""devel (#30): what a devel image promises an ML engineer who builds extensions, without a GPU: a CUDA_HOME whose
+"""devel: what a devel image promises an ML engineer who builds extensions, without a GPU: a CUDA_HOME whose
 headers, libraries and tools are all there and of the target's CUDA, the toolkit wheels at their pins, a
 load_inline CUDA extension that builds, imports and NVRTC-compiles its kernel for the target's newest architecture,
 and the C++ AOTInductor loader built and linked against the image's libtorch. A runtime image promises the

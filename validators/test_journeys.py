@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from clients import SSH_OPTS, VENV, answered, free_port, key_file, openssh, simple_index, ssh_argv, tunnel, wait_http, wheel
-from vutil import processes, sh
+from vutil import Health, processes, sh
 
 TOKEN = uuid.uuid4().hex
 AUTH = {"Authorization": f"token {TOKEN}"}
@@ -37,6 +37,17 @@ def _jupyter(image: str, command: list[str] | None, **kw):
     """A jupyter container with port 8888 published and the test token unless `env` says otherwise."""
     env = kw.pop("env", {"JUPYTER_TOKEN": TOKEN})
     return _run().container(image, command, env=env, ports={8888: None}, **kw)
+
+
+def _healthy(c) -> str | None:
+    """None when the image's HEALTHCHECK calls the container healthy, else why not. Probed every second here: these
+    journeys check that the program finds the server in their kind of start; test_health.py holds the image's own
+    interval to its bars."""
+    h = Health(c)
+    return None if h.wait("healthy", 30) else f"docker's health status is {h.status!r}, last probe: {h.last()!r}"
+
+
+FAST = {"health_interval": 1}  # see _healthy
 
 
 def _uids(c, word: str) -> set[str]:
@@ -122,23 +133,27 @@ def test_ssh_forwarding_beyond_loopback_and_remote_refused(ssh_server, tmp_path,
 
 def test_jupyter_lab_as_the_command(image, target):
     """`docker run IMAGE jupyter lab --ip=0.0.0.0 --port=8888`: the jupyter mode's server (token, not root)."""
-    with _jupyter(image, ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888"]) as c:
+    with _jupyter(image, ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888"], **FAST) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}/api/status", headers=AUTH, running=c)
         assert requests.get(f"{url}/api/status", timeout=10).status_code in (401, 403), "jupyter lab as typed needs no token"
         assert _uids(c, "jupyter-lab") <= {str(target.uid)}, f"jupyter lab runs as {_uids(c, 'jupyter-lab')}"
         assert requests.get(f"{url}/api/contents", headers=AUTH, timeout=10).status_code == 200
+        health = _healthy(c)
+    assert health is None, f"jupyter lab as typed: {health}"
 
 
 def test_jupyter_as_root_runs_as_the_user(image, target):
     """`docker run --user root IMAGE jupyter notebook --ip=0.0.0.0 --allow-root`: one line says it runs as the user."""
-    with _jupyter(image, ["jupyter", "notebook", "--ip=0.0.0.0", "--allow-root"], user="root") as c:
+    with _jupyter(image, ["jupyter", "notebook", "--ip=0.0.0.0", "--allow-root"], user="root", **FAST) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}/api/status", headers=AUTH, running=c)
         logs = c.logs()
         assert len(re.findall(r"started as root: Jupyter runs as", logs)) == 1, f"no one-line notice for root: {logs[-1500:]}"
         uids = _uids(c, "jupyter")
         assert uids and "0" not in uids, f"jupyter processes run as uids {uids} (root refused)"
+        health = _healthy(c)  # the check runs as root, the server as the user: its runtime dir is the user's
+    assert health is None, f"jupyter started as root: {health}"
 
 
 def test_jupyter_makes_no_outbound_calls(image):
@@ -388,7 +403,7 @@ def test_kubeflow_notebook_contract(image, target):
     """Started as Kubeflow starts it (default command, NB_PREFIX, an empty home volume, no token asked for explicitly):
     keeps running, uid 1000, HOME writable, port 8888, the UI and the API under NB_PREFIX and not beside it."""
     env = {"NB_PREFIX": PREFIX, "GPUFORGE_JUPYTER_NO_TOKEN": "1"}
-    with _jupyter(image, None, env=env, tmpfs={f"/home/{target.user}": f"uid={target.uid},mode=0755"}) as c:
+    with _jupyter(image, None, env=env, tmpfs={f"/home/{target.user}": f"uid={target.uid},mode=0755"}, **FAST) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}{PREFIX}/api/status", running=c, timeout=90, ok=(200, 404))  # up, wherever it serves
         api = requests.get(f"{url}{PREFIX}/api/status", timeout=10)
@@ -406,6 +421,7 @@ def test_kubeflow_notebook_contract(image, target):
         home = c.container.exec_run(["sh", "-c", 'test -w "$HOME" && echo "$HOME"'], user=str(target.uid)).output.decode().strip()
         logs = c.logs()
         uids = _uids(c, "jupyter")
+        health = _healthy(c)  # asked under NB_PREFIX, without a token
     assert api.status_code == 200, f"GET {PREFIX}/api/status answered {api.status_code}: the API is not served under NB_PREFIX"
     assert lab.status_code == 200, f"GET {PREFIX}/lab answered {lab.status_code}: not served under NB_PREFIX"
     assert beside.status_code == 404, f"GET /lab answered {beside.status_code}: served beside NB_PREFIX"
@@ -419,6 +435,7 @@ def test_kubeflow_notebook_contract(image, target):
     assert home == f"/home/{target.user}", f"HOME not writable for uid {target.uid}: {home!r}"
     assert "generated Jupyter token" not in logs, "a token was announced that is not in force"
     assert logs.count("WITHOUT a token") == 1, "no-token mode not said in one line"
+    assert health is None, f"Kubeflow's start: {health}"
 
 
 def test_nb_prefix_alone_keeps_the_token(image):
@@ -433,25 +450,29 @@ def test_nb_prefix_alone_keeps_the_token(image):
 @pytest.mark.parametrize("user", ["12345:0", "23456:0"])  # OpenShift's kind of uid, and OpenDataHub's
 def test_arbitrary_uid_with_gid_0(image, target, user):
     """An arbitrary uid with gid 0 and no passwd entry: jupyter starts, HOME is the image's home, files can be saved."""
-    with _jupyter(image, ["jupyter"], user=user) as c:
+    with _jupyter(image, ["jupyter"], user=user, **FAST) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}/api/status", headers=AUTH, running=c)
         put = requests.put(f"{url}/api/contents/openshift.txt", headers=AUTH, timeout=30,
                            json={"type": "file", "format": "text", "content": "saved"})
         owner = c.container.exec_run(["stat", "-c", "%u:%g", f"/home/{target.user}/openshift.txt"], user="root").output.decode().strip()
         logs = c.logs()
+        health = _healthy(c)  # the check runs as that uid too, with no passwd entry
     assert put.status_code == 201, f"saving a file as uid {user} answered {put.status_code}: {put.text[:300]}; logs: {logs[-800:]}"
     assert owner == user, f"the saved file is {owner!r}, not in the image's home as {user}"
+    assert health is None, f"jupyter as uid {user}: {health}"
 
 
 def test_home_of_another_owner_is_one_line(image, target):
     """A home volume the uid may not write: the server still starts, and ONE line says what happened."""
-    with _jupyter(image, ["jupyter"], tmpfs={f"/home/{target.user}": "uid=4242,gid=4242,mode=0755"}) as c:
+    with _jupyter(image, ["jupyter"], tmpfs={f"/home/{target.user}": "uid=4242,gid=4242,mode=0755"}, **FAST) as c:
         url = f"http://127.0.0.1:{c.port(8888)}"
         wait_http(f"{url}/api/status", headers=AUTH, running=c)
         logs = c.logs()
+        health = _healthy(c)  # the server's runtime dir is under the HOME the entrypoint picked instead
     lines = [x for x in logs.splitlines() if "is not writable by uid" in x]
     assert len(lines) == 1, f"expected one line about the home's owner, got {lines}"
+    assert health is None, f"jupyter with a HOME of another owner: {health}"
 
 
 READ_ONLY = {"read_only": True, "tmpfs": {"/tmp": "exec"}}
@@ -462,8 +483,10 @@ def test_read_only_root_shell_and_jupyter(image):
     with _run().container(image, ["shell", "-c", "python -c 'import torch; print(\"RO-OK\")'"], **READ_ONLY) as c:
         rc = c.container.wait(timeout=300)["StatusCode"]
         assert rc == 0 and "RO-OK" in c.logs(), f"shell on a read-only root (exit {rc}): {c.logs()[-800:]}"
-    with _jupyter(image, ["jupyter"], **READ_ONLY) as c:
+    with _jupyter(image, ["jupyter"], **READ_ONLY, **FAST) as c:
         wait_http(f"http://127.0.0.1:{c.port(8888)}/api/status", headers=AUTH, running=c)
+        health = _healthy(c)
+    assert health is None, f"jupyter on a read-only root: {health}"
 
 
 def test_read_only_root_ssh(image, target):
@@ -472,8 +495,9 @@ def test_read_only_root_ssh(image, target):
 
     key = paramiko.RSAKey.generate(2048)
     pub = f"{key.get_name()} {key.get_base64()}"
-    with _run().container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}, **READ_ONLY) as c:
+    with _run().container(image, ["ssh"], user="root", env={"SSH_AUTHORIZED_KEYS": pub}, ports={22: None}, **READ_ONLY, **FAST) as c:
         c.wait_for_log(r"Server listening on", timeout=60)
+        health = _healthy(c)
         cli = paramiko.SSHClient()
         cli.set_missing_host_key_policy(paramiko.AutoAddPolicy())
         cli.connect("127.0.0.1", c.port(22), username=target.user, pkey=key, look_for_keys=False, allow_agent=False, timeout=30)
@@ -483,9 +507,12 @@ def test_read_only_root_ssh(image, target):
         finally:
             cli.close()
     assert got == target.torch, f"python over ssh on a read-only root: {got!r}"
+    assert health is None, f"ssh on a read-only root: {health}"
 
 
 def test_read_only_root_metrics(image):
-    with _run().container(image, ["metrics"], ports={9400: None}, **READ_ONLY) as c:
+    with _run().container(image, ["metrics"], ports={9400: None}, **READ_ONLY, **FAST) as c:
         r = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60)
+        health = _healthy(c)
     assert "gpuforge_gpus" in r.text
+    assert health is None, f"metrics on a read-only root: {health}"

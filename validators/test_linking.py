@@ -1,4 +1,4 @@
-"""linking (#30): every binary of the image finds the libraries it links, the GPU libraries load both lazily and
+"""linking: every binary of the image finds the libraries it links, the GPU libraries load both lazily and
 eagerly, nothing on LD_LIBRARY_PATH or LD_PRELOAD shadows the venv's cuDNN, NCCL, cuBLAS or torch libraries, and no
 symbolic link dangles. The facts come from linking_probe.py, run in the image; the allowances live here, each with
 its reason, and each one used is kept in the report's facts."""

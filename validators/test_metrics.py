@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import wait_http
-from vutil import processes
+from vutil import Health, processes
 
 # dcgm-exporter's names (etc/default-counters.csv) for what NVML gives, and their types
 DCGM = {"DCGM_FI_DEV_GPU_UTIL": "gauge", "DCGM_FI_DEV_MEM_COPY_UTIL": "gauge", "DCGM_FI_DEV_GPU_TEMP": "gauge",
@@ -26,11 +26,11 @@ def families(text: str) -> dict:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def _metrics(image, pytestconfig, gpu, env=None, user=None, command=("metrics",)):
+def _metrics(image, pytestconfig, gpu, env=None, user=None, command=("metrics",), health_interval=None):
     from gpuforge.engine import containers as run
 
     return run.container(image, list(command), ports={9400: None}, env=env or {}, user=user, gpus=gpu,
-                         gpu_request=pytestconfig.getoption("gpuforge_gpu_request"))
+                         gpu_request=pytestconfig.getoption("gpuforge_gpu_request"), health_interval=health_interval)
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +72,17 @@ def test_metrics_exporter_is_unprivileged(scraped, target):
 
 
 def test_metrics_beside_jupyter(image, pytestconfig):
-    """GPUFORGE_METRICS_PORT=9400 beside the jupyter mode: both answer."""
+    """GPUFORGE_METRICS_PORT=9400 beside the jupyter mode: both answer, and the HEALTHCHECK asks both (probed every
+    second here; test_health.py holds the image's own interval)."""
     with _metrics(image, pytestconfig, False, env={"GPUFORGE_METRICS_PORT": "9400", "JUPYTER_TOKEN": "x" * 32},
-                  command=("jupyter",)) as c:
+                  command=("jupyter",), health_interval=1) as c:
         c.container.reload()
         r = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60)
+        h = Health(c)
+        healthy = h.wait("healthy", 30)
     assert "gpuforge_gpus" in r.text
+    assert healthy and "jupyter: GET" in h.last() and "metrics: GET" in h.last(), (
+        f"jupyter with metrics beside: docker's health status {h.status!r}, last probe {h.last()!r}")
 
 
 @pytest.mark.parametrize("names", ["classic", "4.9"])

@@ -13,11 +13,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from gpuforge.builder.runner import redact
 from gpuforge.engine import client as engine
 from gpuforge.engine import retry
 from gpuforge.engine.drivers import LOAD
 from gpuforge.errors import StateError
+from gpuforge.provenance import redact
 from gpuforge.state import files
 from gpuforge.state.models import BuildRecord
 

@@ -10,7 +10,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -26,24 +25,17 @@ from rich.live import Live
 from rich.table import Table
 
 from gpuforge import options, paths
-from gpuforge.builder import aptstate, archcheck, bases, sizecheck
+from gpuforge.builder import aptstate, archcheck, bases, diagnosis, sizecheck
 from gpuforge.engine import client as engine
 from gpuforge.errors import BuildError, ConfigError, EngineError, StateError
 from gpuforge.plan.target import ImageRef, Target
 from gpuforge.plan.version import BuildId
+from gpuforge.provenance import created_time, git_revision, redact, source_url
 from gpuforge.render import dockerfile as render
 from gpuforge.render.labels import build_labels
 from gpuforge.state import files, records
 from gpuforge.state.models import BuildRecord
 from gpuforge.state.records import Records
-
-_CREDS = re.compile(r"(//)[^/@\s]+@")
-
-
-def redact(text: str) -> str:
-    """Hide credentials embedded in URLs (https://user:token@mirror/...)."""
-    return _CREDS.sub(r"\1***@", text)
-
 
 # Where a host's clients find the CA bundle they trust (a TLS-intercepting proxy's CA lives there), in the
 # order pip itself reads them: the build's CA secret when none is given (gpuforge.options' extra_ca).
@@ -86,76 +78,6 @@ class Result:
     engine_lost: bool = False  # the build failed because the engine went away (exit 3, not 4)
 
 
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=paths.project_root(), capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def git_revision() -> str:
-    """org.opencontainers.image.revision: the commit, `-dirty` by paths.checkout_revision's one rule."""
-    rev, dirty = paths.checkout_revision()
-    return (rev or "unknown") + ("-dirty" if rev and dirty else "")
-
-
-def created_time() -> str:
-    """org.opencontainers.image.created: SOURCE_DATE_EPOCH, else the commit's time (a rebuild of one commit
-    gives the same image config, so the same id), else now. RFC 3339, UTC."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip() or _git("log", "-1", "--format=%ct")
-    try:
-        when = dt.datetime.fromtimestamp(int(epoch), dt.UTC)
-    except ValueError:
-        if os.environ.get("SOURCE_DATE_EPOCH", "").strip():
-            msg = f"SOURCE_DATE_EPOCH={epoch!r}: not a Unix time (whole seconds since 1970)"
-            raise ConfigError(msg) from None
-        when = dt.datetime.now(dt.UTC)
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def normalize_remote(url: str) -> str | None:
-    """One repository, one URL: `git@host:owner/repo.git`, `ssh://git@host/owner/repo`, `https://token@host/owner/repo.git`
-    all give `https://host/owner/repo`; credentials, a port of ssh and the .git suffix are dropped. A local path or
-    file:// URL names no public repository: None (see source_url, which follows it)."""
-    url = url.strip()
-    if m := re.fullmatch(r"[A-Za-z0-9._-]+@([A-Za-z0-9.-]+):(?!/)(.+)", url):  # scp-like ssh
-        host, path = m.groups()
-    elif m := re.fullmatch(r"(?:ssh|git|https?)://(?:[^/@\s]+@)?([A-Za-z0-9.-]+)(?::\d+)?/(.+)", url):
-        host, path = m.groups()
-    else:
-        return None
-    path = path.strip("/").removesuffix(".git").strip("/")
-    return f"https://{host.lower()}/{path}" if path and not re.search(r"\s", path) else None
-
-
-def source_url(root: Path | None = None, hops: int = 3) -> str | None:
-    """org.opencontainers.image.source: the CI's repository URL, else the git remote normalised (normalize_remote),
-    following a remote that is a local clone to that clone's own remote; None (no label) when no repository URL is
-    known. So clones of one commit label it alike (a local path, `unknown`, an ssh and an https remote would give
-    four image ids)."""
-    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
-    if server and repo:
-        return normalize_remote(f"{server.rstrip('/')}/{repo}")
-    where = root or paths.project_root()
-    for _ in range(hops):
-        try:
-            url = subprocess.run(["git", "-C", str(where), "remote", "get-url", "origin"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if not url:
-            return None
-        local = Path(url.removeprefix("file://"))
-        if not local.is_absolute():
-            local = (where / local).resolve()
-        if local.is_dir():
-            where = local
-            continue
-        return normalize_remote(url)
-    return None
-
-
 def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts: BuildOptions,
                labels: dict[str, str], metadata: Path | None = None, *, apt: aptstate.AptState | None = None) -> list[str]:
     argv = driver.command(builder=opts.builder, cache_from=opts.cache_from, cache_to=opts.cache_to,
@@ -175,39 +97,6 @@ def build_argv(driver: engine.Driver, t: Target, root: Path, iidfile: Path, opts
     if apt:  # the system layer's key (aptstate): rebuilt when the image's apt suites publish other packages
         argv += ["--build-arg", f"{aptstate.BUILD_ARG}={apt.value}"]
     return [*argv, str(root)]  # one context for every target: the project root, whitelisted by .dockerignore
-
-
-# Common build failures, recognised in the log, as (pattern, what it means and how to fix it); the
-# first match is named in the error line instead of the log's last line.
-DIAGNOSES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), why) for p, why in (
-    (r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate|UnknownIssuer|"
-     r"self[- ]signed certificate in certificate chain",
-     "TLS certificate verification failed (a TLS-intercepting proxy?): pass its CA bundle with --extra-ca FILE "
-     "or GPUFORGE_EXTRA_CA (by default gpuforge passes the host's PIP_CERT/SSL_CERT_FILE/REQUESTS_CA_BUNDLE)"),
-    (r"no space left on device",
-     "no space left on device: free disk for the engine (docker image prune; docker builder prune) or move its data-root"),
-    (r"pull access denied|failed to resolve source metadata for|manifest unknown|failed to do request: Head .*/manifests/|"
-     r"repository does not exist|(?:base|FROM) image .* not found",
-     "the base image cannot be pulled: check the name/tag, `docker login`, or mirror it and point matrix.yaml's "
-     "bases / cuda_base_image at the mirror"),
-    (r"No matching distribution found for|Because there is no version of|no version of \S+ (?:==|matching)|"
-     r"Could not find a version that satisfies the requirement|unsatisfiable",
-     "a pinned Python package version is not on the index: check the pin (gpuforge/image/data/compat.yaml, "
-     "data/image.yaml) or point --index-url / --pypi-url at an index that has it"),
-    (r"Failed to fetch|Temporary failure in name resolution|Could not resolve host|Connection refused|"
-     r"Network is unreachable|ConnectTimeout|Max retries exceeded|error sending request for url|dns error|"
-     r"Failed to download|timed out",
-     "a package index or mirror is unreachable from the build: check the network/proxy, or use --index-url / "
-     "--pypi-url (and matrix.yaml's mirrors) to reach one that is"),
-))
-
-
-def diagnose(log_text: str) -> str | None:
-    """What a failed build's log says went wrong, as an actionable sentence (None when unrecognised)."""
-    for pattern, why in DIAGNOSES:
-        if pattern.search(log_text):
-            return why
-    return None
 
 
 class _Runner:
@@ -255,7 +144,7 @@ class _Runner:
                     self.kill_all()
                     return r
                 why = "interrupted" if self.stop.is_set() else f"exit {rc}"
-                cause = None if self.stop.is_set() else diagnose(r.log.read_text(errors="replace"))
+                cause = None if self.stop.is_set() else diagnosis.diagnose(r.log.read_text(errors="replace"))
                 return self._failed(r, f"build failed ({why}): {cause}; log: {r.log}" if cause else
                                     f"build failed ({why}); log: {r.log}; last line: {r.last_line}")
             metadata = json.loads(meta.read_text()) if meta.exists() else None
@@ -446,8 +335,8 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     if plain:
         Console(width=200).print(_table(results))
     if any(r.engine_lost for r in results.values()):
-        msg_0 = f"the build of {', '.join(r.target.id for r in results.values() if r.engine_lost)}"
-        raise engine.lost(msg_0)
+        during = f"the build of {', '.join(r.target.id for r in results.values() if r.engine_lost)}"
+        raise engine.lost(during)
     failed = [r for r in results.values() if not r.ok]
     for r in failed:
         print(f"gpuforge: {r.target.id}: {r.error}", file=sys.stderr)

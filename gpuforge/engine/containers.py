@@ -102,13 +102,15 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
               gpus: bool = False, shm_size: str | None = None, volumes: dict | None = None,
               sysctls: dict | None = None, gpu_request: str = "nvidia", read_only: bool = False,
               tmpfs: dict[str, str] | None = None, network: str | None = None,
-              memlock: int | None = None) -> Iterator[Running]:
+              memlock: int | None = None, health_interval: float | None = None) -> Iterator[Running]:
     """Start `image` detached; always remove it afterwards.
 
     `ports` maps container port -> host port on 127.0.0.1 (None: any free port).
     `gpus=True` gives the container every GPU, asked for as `gpu_request` says (see gpu_device_request).
     `read_only`, `tmpfs` ({path: options}) and `network` ("none") are `docker run`'s --read-only, --tmpfs, --network;
     `memlock` is --ulimit memlock (-1: unlimited, as NVIDIA's container docs ask for pinned memory and NCCL).
+    `health_interval` is --health-interval in seconds: the image's HEALTHCHECK, probed that often (its command,
+    timeout, retries and start period stay the image's).
     """
     c = engine.client()
     kwargs: dict = {
@@ -120,7 +122,8 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     # docker run's --gpus/--device, --shm-size, -v, --sysctl, --read-only, --tmpfs, --network: only those asked for
     asked = {"device_requests": [gpu_device_request(gpu_request)] if gpus else None, "shm_size": shm_size,
              "volumes": volumes, "sysctls": sysctls, "read_only": read_only, "tmpfs": tmpfs, "network_mode": network,
-             "ulimits": [docker.types.Ulimit(name="memlock", soft=memlock, hard=memlock)] if memlock else None}
+             "ulimits": [docker.types.Ulimit(name="memlock", soft=memlock, hard=memlock)] if memlock else None,
+             "healthcheck": {"interval": int(health_interval * 1e9)} if health_interval else None}
     kwargs.update({k: v for k, v in asked.items() if v})
     if user is not None:  # "" is a user too (the image's default)
         kwargs["user"] = user

@@ -11,8 +11,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from gpuforge.evidence import coverage
 from gpuforge.image import compat
-from gpuforge.publish import prod
 from gpuforge.state import files
 from gpuforge.validate import evidence
 from gpuforge.validate.report import summarize
@@ -59,7 +59,7 @@ def pool_cell(pool, ev: Evidence) -> dict:
     if ev.digest is None:
         return {"result": "not promoted"}
     kw = {"built_at": ev.built_at}
-    green = [p for p in ev.gpu if prod.covers(pool, p, **kw) is None]
+    green = [p for p in ev.gpu if coverage.covers(pool, p, **kw) is None]
     if green:
         best = max(green, key=lambda p: p.started or 0)
         host = best.host_of()
@@ -68,7 +68,7 @@ def pool_cell(pool, ev: Evidence) -> dict:
     mine = [p for p in ev.gpu if p.host_of().gpu_models == [pool.model]]
     if mine:
         last = max(mine, key=lambda p: p.started or 0)
-        return {"result": "red", "date": _date(last.started), "why": prod.covers(pool, last, **kw)}
+        return {"result": "red", "date": _date(last.started), "why": coverage.covers(pool, last, **kw)}
     return {"result": "not validated"}
 
 

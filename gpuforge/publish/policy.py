@@ -1,5 +1,5 @@
 """`gpuforge policy`: the admission policy that admits an image to an environment (and a GPU pool) only by a signed
-in-toto Test Result (gpuforge.publish.statements) that is for that scope, PASSED or WARNED, with no failed test
+in-toto Test Result (gpuforge.evidence.statements) that is for that scope, PASSED or WARNED, with no failed test
 (a skipped required check is a failed test), signed within the environment's time to live, by the configured key or
 keyless identity, about the image's own digest.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gpuforge import __version__
 from gpuforge.errors import ConfigError
-from gpuforge.publish import statements
+from gpuforge.evidence import statements
 from gpuforge.state import files
 
 FORMATS = ("cue", "rego", "policy-controller")

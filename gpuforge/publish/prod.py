@@ -2,89 +2,30 @@
 the target declares, newer than its build; and (GPUFORGE_PROD_REQUIRE_CVE=1) a green signed CVE verdict.
 
 Both are judged from signed statements on the registry (cosign verify-attestation), never from local files:
-a pool is covered when a verified GPU validation predicate for this digest is green (gpuforge.validate.evidence)
-and its evidence.gpu_host — the GPU model, driver and count the validators saw on the runner — matches the pool.
+a pool is covered when a verified GPU validation predicate for this digest covers it (gpuforge.evidence.coverage:
+green, and its evidence.gpu_host — the GPU model, driver and count the validators saw on the runner — matches the
+pool).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-
 from gpuforge.errors import PromotionRefused
+from gpuforge.evidence import statements
+from gpuforge.evidence.coverage import covers
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import statements
 from gpuforge.state.models import BuildRecord
-from gpuforge.validate import evidence
-from gpuforge.validate.report_model import Evidence as ReportEvidence
 from gpuforge.validate.report_model import Report
 
 
-def _epoch(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    d = dt.datetime.fromisoformat(iso)
-    return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp()
-
-
-def signed_time(iso: str | None) -> dt.datetime | None:
-    """A statement's signing time (ISO 8601, UTC when it names no zone); None when it is missing or not such a time:
-    a statement signed by other means is judged or shown as of unknown age, never a traceback."""
-    try:
-        t = dt.datetime.fromisoformat(str(iso)) if iso else None
-    except ValueError:
-        return None
-    return t if t is None or t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-def age_days(iso: str | None, now: dt.datetime | None = None) -> float | None:
-    """Days since `iso` (signed_time); None when it has none."""
-    t = signed_time(iso)
-    return None if t is None else ((now or dt.datetime.now(dt.UTC)) - t).total_seconds() / 86400
-
-
-def covers(pool, pred: Report | dict, *, built_at: str | None = None, image_id: str | None = None,
-           max_age_days: float | None = None) -> str | None:
-    """None when GPU predicate `pred` is green evidence from a host of `pool`, newer than the build, made by this
-    checkout's validator set (for `image_id`, when given), signed within `max_age_days` (when given); else why not."""
-    rep = Report.of(pred, "GPU validation statement")
-    if not rep.gpu:
-        return "not a GPU report"
-    probs = evidence.problems(rep, require_gpu=True)
-    if probs:
-        return f"not green ({probs[0]})"
-    ev = rep.evidence or ReportEvidence()
-    if ev.validator_set != evidence.validator_set_hash():
-        return "made by another validator set"
-    if image_id and ev.image_id != image_id:
-        return f"for image {str(ev.image_id)[:19]}, not {image_id[:19]}"
-    why = statements.host_matches(pool, rep.host_of())
-    if why:
-        return why
-    built = _epoch(built_at)
-    # a reuse's checks ran on another digest of these bytes, maybe before this build: its content key proved them
-    if built is not None and float(rep.started or 0) <= built and not (rep.run and rep.run.reused_from):
-        return "older than the build"
-    if max_age_days is not None:
-        age = age_days(rep.validated_at())
-        if age is None or age > max_age_days:
-            return (f"signed {age:.1f} days ago, past the time to live of {max_age_days:g} days" if age is not None
-                    else "its signing time is missing or not an ISO time")
-    return None
-
-
-def _deciding(pool, attestations: list[Report] | list[dict]) -> list[Report] | list[dict]:
+def _deciding(pool, attestations: list[Report]) -> list[Report]:
     """What decides for `pool`: the newest GPU statement (registry order) from a node of the pool when there is one,
     so a red run there (a nightly canary after a driver upgrade) is not hidden by an older green one; else all of
     them, each then saying why it does not cover the pool."""
-    on_pool = []
-    for a in attestations:
-        rep = Report.of(a, "GPU validation statement")
-        if rep.gpu and statements.host_matches(pool, rep.host_of()) is None:
-            on_pool.append(a)
+    on_pool = [rep for rep in attestations if rep.gpu and statements.host_matches(pool, rep.host_of()) is None]
     return on_pool[-1:] or attestations
 
 
-def pools_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None,
+def pools_missing(target, attestations: list[Report], *, built_at: str | None = None,
                   image_id: str | None = None, max_age_days: float | None = None) -> list[str]:
     """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) whose deciding statement in
     `attestations` (verified GPU validation predicates of this digest, in registry order) does not cover them, in the
@@ -94,7 +35,7 @@ def pools_missing(target, attestations: list[Report] | list[dict], *, built_at: 
                        for a in _deciding(p, attestations))]
 
 
-def why_missing(target, attestations: list[Report] | list[dict], *, built_at: str | None = None, image_id: str | None = None,
+def why_missing(target, attestations: list[Report], *, built_at: str | None = None, image_id: str | None = None,
                 max_age_days: float | None = None) -> str:
     """One phrase per missing pool: its description and the deciding attestation's reason (for the refusal)."""
     out = []
@@ -109,7 +50,7 @@ def why_missing(target, attestations: list[Report] | list[dict], *, built_at: st
 
 def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool, max_age_days: float | None = None) -> None:
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
-    is missing. Called once from gpuforge.publish.promote.plan for env == prod; `require_cve` is the
+    is missing. Called once from gpuforge.publish.promote's plan for env == prod; `require_cve` is the
     prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
     from gpuforge.cve import gate as cve
     from gpuforge.registry import attest

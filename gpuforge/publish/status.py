@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from gpuforge.errors import ConfigError, StateError
+from gpuforge.evidence import age
 from gpuforge.options import Ttl
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import history, prod
+from gpuforge.publish import history
 from gpuforge.publish.promote import env_tags, signed_reports
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
@@ -38,7 +39,7 @@ SOON = 0.2  # evidence in the last fifth of its time to live is shown as expirin
 def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict:
     """When evidence signed at `validated_at` leaves the time to live (the admission policy's --max-age-days):
     {"at", "in_days" (negative: ago), "state": fresh | expiring | EXPIRED | unknown}."""
-    at = prod.signed_time(validated_at)
+    at = age.signed_time(validated_at)
     if at is None:
         return {"at": None, "in_days": None, "state": "unknown"}
     ends = at + dt.timedelta(days=ttl_days)

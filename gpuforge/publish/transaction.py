@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
+from gpuforge.evidence import runinfo, statements
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import runinfo, statements
 from gpuforge.publish.history import Entry, History
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
@@ -57,7 +57,7 @@ def _sign(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> None:
 
 
 def _summarize(repo: ImageRef, rec: PromotionRecord, signer: attest.Signer) -> None:
-    """The promotion as a SLSA Verification Summary (gpuforge.publish.statements), signed after its done record: the
+    """The promotion as a SLSA Verification Summary (gpuforge.evidence.statements), signed after its done record: the
     record decides; a summary that cannot be signed is one warning line, never an undone promotion."""
     ref = str(repo.pinned(rec.digest))
     ev = rec.evidence

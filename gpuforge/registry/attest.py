@@ -6,7 +6,7 @@ back with `cosign verify-attestation`, in registry order (the order cosign appen
 (and any consumer) judges signed statements on the registry, never a local file. Offline (a GPU runner with no
 registry): `envelope` signs a statement about a named digest into the DSSE envelope `cosign attest` would push, without
 pushing it; `envelope_verifies` checks one against the public key; `attach` appends such envelopes to the digest's
-attestations later, on a machine that reaches the registry (gpuforge.publish.bundle, gpuforge.publish.attach).
+attestations later, on a machine that reaches the registry (gpuforge.evidence.bundle, gpuforge.evidence.attach).
 
 Signing (a Signer): a key pair (`--sign-key cosign.key`, password in COSIGN_PASSWORD) or keyless through the CI
 runner's OIDC identity (no key: cosign asks Fulcio; needs `id-token: write`). Verification (a Verifier): the

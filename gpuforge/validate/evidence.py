@@ -36,7 +36,7 @@ ALLOWED_SKIPS: tuple[tuple[str, str, str, bool], ...] = (
     # one-GPU runners: no collective to check. Honest because test_sees_exactly_the_gpus_asked_for fails
     # when the container sees fewer GPUs than the runner was given.
     ("test_gpu_smoke", r"^test_multi_gpu_", r"^world size 1: one GPU visible", True),
-    # devel or runtime (#30): each flavor's promise is checked on its images only; the flavor comes from the host-side
+    # devel or runtime: each flavor's promise is checked on its images only; the flavor comes from the host-side
     # target.json, never from the image
     ("test_devel", r"^test_(cuda_home|toolkit_wheels|cuda_extension|aoti_cpp)_", r"^a runtime image promises no CUDA toolkit",
      True),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import options, paths
+from gpuforge import options, paths, provenance
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.engine import progress as engine_progress
@@ -38,6 +38,7 @@ from gpuforge.state.records import Records
 from gpuforge.validate import evidence, preflight, progress, report
 from gpuforge.validate import sbom as cyclonedx
 from gpuforge.validate.plugins import PLUGIN_ARGS, PLUGIN_ENV
+from gpuforge.validate.report_model import Report
 
 
 def report_path(reports: Path, target_id: str, gpu: bool) -> Path:
@@ -91,12 +92,6 @@ def die_with_parent(parent: int):
     return preexec
 
 
-def _revision() -> str:
-    from gpuforge.builder.runner import git_revision  # the checkout that ran the validators
-
-    return git_revision()
-
-
 def _raw_report(path: Path) -> dict | None:
     """The child's report from its private temp folder (None: it wrote none, or a torn one)."""
     try:
@@ -131,7 +126,7 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 def validate_targets(targets: list[Target], *, reports: Path, records: Records, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto",
-                     on_report: Callable[[Target, dict, dict | None], None] | None = None,
+                     on_report: Callable[[Target, Report, dict | None], None] | None = None,
                      images: dict[str, str] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
@@ -145,7 +140,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     failed: list[str] = []
     unfit: list[str] = []  # failed only where an unfit node fails: exit 10 when every failed target is one
     required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
-    revision = _revision()
+    revision = provenance.git_revision()  # the checkout that ran the validators
     for t in targets:
         image_id, extra_ca = builds[t.id]
         try:
@@ -160,7 +155,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                 tempfile.TemporaryDirectory(prefix=f"gpuforge-validate-{t.id[:40]}-") as tmp:
             own = Path(tmp)
             tj = rendered_target_json(t)
-            # what the run proves, as content: what its evidence is reused by (gpuforge.publish.reuse)
+            # what the run proves, as content: what its evidence is reused by (gpuforge.evidence.reuse)
             content = evidence.content(image, inputs=evidence.run_inputs(tj, extra_ca))
             args = ["--gpuforge-image", image_id, "--gpuforge-target", str(tj),
                     "--gpuforge-report", str(own / "report.json"), "--junitxml", str(own / "report.xml"),
@@ -182,8 +177,9 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
             outputs, inventory = _report_set(t, image_id, rep, md, rpath, tj, own)
             kind = "gpu_report" if gpu else "report"
             try:
+                typed = Report.of(rep, f"{t.id}: this run's report")  # what is signed and judged: the report's shape
                 if on_report:  # validate --attest: signs the report as this process holds it, before any copy
-                    on_report(t, rep, inventory)
+                    on_report(t, typed, inventory)
             finally:  # a refusal to sign still leaves the reports for reading
                 with out.locked():  # the set and its recorded digest change together
                     out.write_set(outputs)
@@ -193,7 +189,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         report.summarize(md)
         if not _passed(t, rc, rep):
             failed.append(t.id)
-            node = node_at_fault(rep)
+            node = node_at_fault(typed)
             if node:
                 unfit.append(f"{t.id}: {node}")
     if unfit and len(unfit) == len(failed):
@@ -210,11 +206,11 @@ GPU_MODULES = frozenset({"test_readiness", "test_gpu_smoke", "test_driver"})
 NODE_EXITS = (readiness.HOST_EXIT, readiness.UNKNOWN_EXIT)
 
 
-def node_at_fault(rep: dict) -> str | None:
+def node_at_fault(rep: Report) -> str | None:
     """Readiness's verdict when it blames the node and every failed check is a GPU check (an unfit node fails those
     too); None when the image failed a check of its own, or readiness found the node fit."""
-    ready = (rep.get("facts") or {}).get("readiness") or {}
-    failed = {c["module"] for c in rep.get("checks", []) if c["outcome"] == "failed"}
+    ready = rep.facts.get("readiness") or {}
+    failed = {c.module for c in rep.checks if c.outcome == "failed"}
     if ready.get("exit") in NODE_EXITS and failed <= GPU_MODULES:
         return ready["verdict"]
     return None
@@ -309,7 +305,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
                          label=f"smoke {host or image}", progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
             if raw is not None:
-                rep = report.finish(raw, revision=_revision())
+                rep = report.finish(raw, revision=provenance.git_revision())
                 md = report.markdown(rep)
                 outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode()}
                 if (own / "report.xml").exists():

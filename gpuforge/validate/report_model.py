@@ -76,7 +76,7 @@ class Evidence(BaseModel):
 
 
 class ReusedFrom(BaseModel):
-    """A statement that reuses another's checks (gpuforge.publish.reuse): the statement it was checked against,
+    """A statement that reuses another's checks (gpuforge.evidence.reuse): the statement it was checked against,
     when that one was signed, and the content key both share."""
 
     model_config = _SHAPE
@@ -87,7 +87,7 @@ class ReusedFrom(BaseModel):
 
 class Run(BaseModel):
     """Who made the report (gpuforge.validate.report.finish) and, in a signed statement, who signed it in the run
-    (gpuforge.publish.signed_run: the RunInfo fields, signed_in_run, subject, signed_at; signed_offline when the run
+    (gpuforge.evidence.signed_run: the RunInfo fields, signed_in_run, subject, signed_at; signed_offline when the run
     signed into a bundle rather than onto the registry)."""
 
     model_config = _SHAPE

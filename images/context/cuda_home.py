@@ -14,9 +14,9 @@ include crt/host_defines.h and friends, which CUDA ships with its compiler. So C
   python3 cuda_home.py --nvcc-wheel WHEEL --runtime SITE/nvidia/cuda_runtime --out /opt/gpuforge/cuda
 
 A devel image built from wheels (--site SITE/nvidia, the nvcc and cccl wheels installed there) gets the whole
-toolkit that NVIDIA's CUDA 12 wheels hold, each part a link into its installed wheel:
+toolkit that NVIDIA's CUDA 11.8 and 12 wheels hold (both lay it out alike), each part a link into its installed wheel:
 
-  bin/ptxas, nvvm/   the nvcc wheel's (which holds no nvcc driver, cicc or fatbinary in CUDA 12; kernels
+  bin/ptxas, nvvm/   the nvcc wheel's (which holds no nvcc driver, cicc or fatbinary in CUDA 11.8 or 12; kernels
                      compile at run time with NVRTC, torch's nvidia-cuda-nvrtc wheel)
   include/           every entry of every nvidia/*/include: runtime, crt, CCCL, cuBLAS, cuDNN, NCCL, NVRTC, ...
   lib64/             libX.so and libX.so.N of every nvidia/*/lib library (link with -lX, run with

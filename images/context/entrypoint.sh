@@ -13,6 +13,32 @@ die() {
     exit 64
 }
 
+# What the HEALTHCHECK (images/programs/health.py) asks about this start: the mode, then where its servers listen
+# once they are started. The check runs as the container's user with the container's environment, so the state
+# lives in a folder of this uid's own under TMPDIR (one of another owner is replaced), written whole each time
+# (mv), so a check never reads half of it.
+HEALTH_DIR="${TMPDIR:-/tmp}/gpuforge-health-$(id -u)"
+health=()
+health_said=""
+health_state() {
+    health+=("$@")
+    local tmp=""
+    if ! { [ -d "$HEALTH_DIR" ] && [ ! -L "$HEALTH_DIR" ] && [ -O "$HEALTH_DIR" ]; }; then
+        rm -rf -- "$HEALTH_DIR" 2>/dev/null || true
+        mkdir -m 0700 -- "$HEALTH_DIR" 2>/dev/null || true
+    fi
+    if [ -d "$HEALTH_DIR" ] && [ ! -L "$HEALTH_DIR" ] && [ -O "$HEALTH_DIR" ] \
+        && tmp="$(mktemp "$HEALTH_DIR/.state.XXXXXX" 2>/dev/null)" \
+        && printf '%s\n' "${health[@]}" > "$tmp" && mv -f -- "$tmp" "$HEALTH_DIR/state"; then
+        return 0
+    fi
+    if [ -n "$tmp" ]; then rm -f -- "$tmp"; fi
+    if [ -z "$health_said" ]; then
+        health_said=1
+        echo "gpuforge: warning: cannot write the health check's state in $HEALTH_DIR (TMPDIR not writable?): docker's health status will not see this mode's server" >&2
+    fi
+}
+
 # Like NVIDIA's images: no GPU -> one warning line; a driver too old for this image's CUDA -> error,
 # unless GPUFORGE_SKIP_DRIVER_CHECK=1.
 preflight() {
@@ -73,6 +99,8 @@ start_ssh() {
         opts+=(-o HostKey=/tmp/gpuforge-sshd/ssh_host_ed25519_key)
     fi
     [ -d /run/sshd ] || install -d -m 0755 /run/sshd
+    # where sshd will listen, as it reads its configuration and these options (-p, -o Port=, ListenAddress)
+    health_state "pid=$$" "ssh_listen=$(/usr/sbin/sshd -T "${opts[@]}" "$@" 2>/dev/null | awk '$1 == "listenaddress" {printf "%s ", $2}')"
     echo "gpuforge: sshd listening on port 22 for ${USER_NAME} (tcp forwarding: ${forwarding})"
     run_mode /usr/sbin/sshd -D -e "${opts[@]}" "$@"
 }
@@ -107,7 +135,24 @@ metrics_beside() {
         *[!0-9]* | "") die "GPUFORGE_METRICS_PORT=$GPUFORGE_METRICS_PORT: give a TCP port number (9400 is dcgm-exporter's)" ;;
     esac
     [ "$mode" != metrics ] || return 0
+    health_state "metrics_addr=${GPUFORGE_METRICS_ADDR:-0.0.0.0}" "metrics_port=$GPUFORGE_METRICS_PORT"
     "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" --port "$GPUFORGE_METRICS_PORT" &
+}
+
+# Where metrics.py will listen: its --addr and --port as its argparse reads them (the last one given wins), else
+# GPUFORGE_METRICS_ADDR / GPUFORGE_METRICS_PORT, else its defaults (every address, 9400).
+metrics_health() {
+    local addr="${GPUFORGE_METRICS_ADDR:-0.0.0.0}" port="${GPUFORGE_METRICS_PORT:-9400}"
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --addr) addr="${2:-}"; shift ;;
+            --addr=*) addr="${1#--addr=}" ;;
+            --port) port="${2:-}"; shift ;;
+            --port=*) port="${1#--port=}" ;;
+        esac
+        shift
+    done
+    health_state "pid=$$" "metrics_addr=$addr" "metrics_port=$port"
 }
 
 # jupyter [lab|notebook|server] ARGS: the server with the image's config (token, not root, HOME as root dir,
@@ -151,11 +196,19 @@ start_jupyter() {
         echo "gpuforge: started as root: Jupyter runs as ${USER_NAME} (uid ${uid}) instead; --allow-root is not needed" >&2
         HOME="$(getent passwd "$USER_NAME" | cut -d: -f6)"
         cd "$HOME"
+        jupyter_health
         run_mode setpriv --reuid="$uid" --regid="$(id -g "$USER_NAME")" --init-groups --inh-caps=-all --bounding-set=-all \
             /usr/bin/env HOME="$HOME" USER="$USER_NAME" "${cmd[@]}"
     fi
     cd "$HOME"
+    jupyter_health
     run_mode "${cmd[@]}"
+}
+
+# The runtime dir the server will write its jpserver-<pid>.json to (its port, base_url and token), as jupyter_core
+# finds it with the server's HOME and environment (JUPYTER_RUNTIME_DIR, JUPYTER_DATA_DIR, XDG_DATA_HOME ...).
+jupyter_health() {
+    health_state "pid=$$" "jupyter_runtime_dir=$(/opt/venv/bin/python -c 'from jupyter_core.paths import jupyter_runtime_dir; print(jupyter_runtime_dir())' 2>/dev/null)"
 }
 
 # Warm starts (opt-in, images/programs/warm_start.py): Inductor's and Triton's caches on a volume
@@ -227,6 +280,10 @@ case "$mode" in
         esac ;;
 esac
 
+case "$mode" in
+    shell | jupyter | ssh | metrics | selftest) health_state "mode=$mode" ;;
+    *) health_state "mode=command" ;;  # `jupyter nbconvert ...`, any other command: run once, nothing to ask
+esac
 if [ "$mode" != ssh ] || [ "$(id -u)" != 0 ]; then ensure_home; fi
 preflight
 compile_mode
@@ -237,7 +294,7 @@ case "$mode" in
     jupyter) start_jupyter "$@" ;;
     jupyter-command) run_mode /opt/venv/bin/jupyter "$@" ;;
     ssh) start_ssh "$@" ;;
-    metrics) run_mode "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" "$@" ;;
+    metrics) metrics_health "$@"; run_mode "${unprivileged[@]}" /opt/venv/bin/python "$GPUFORGE_HOME/programs/metrics.py" "$@" ;;
     selftest) run_mode /opt/venv/bin/python "$GPUFORGE_HOME/programs/gpu_smoke.py" "$@" ;;
     *) run_mode "$mode" "$@" ;;
 esac

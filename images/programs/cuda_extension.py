@@ -20,14 +20,15 @@ import sys
 import tempfile
 import time
 
-CPP = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+# The extension's CUDA half: torch-free, so a CPU test builds it against a CUDA_HOME assembled from the toolkit
+# wheels alone (tests/integration/image/test_toolkit_wheels.py), for CUDA 11.8 and 12 alike.
+CUDA_CPP = r"""
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nvrtc.h>
 #include <thrust/version.h>
 #include <cub/version.cuh>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ static void nvrtc_ok(nvrtcResult r, const char* what) {
 }
 
 // NVRTC: CUDA C++ source -> cubin for one architecture (sm_90); the log says why a compile failed.
-py::bytes compile_kernel(const std::string& source, const std::string& arch, const std::string& include_dir) {
+std::string compile_cubin(const std::string& source, const std::string& arch, const std::string& include_dir) {
   nvrtcProgram prog;
   nvrtc_ok(nvrtcCreateProgram(&prog, source.c_str(), "gpuforge_kernel.cu", 0, nullptr, nullptr), "nvrtcCreateProgram");
   std::string arch_opt = "--gpu-architecture=" + arch, inc = "-I" + include_dir;
@@ -56,19 +57,38 @@ py::bytes compile_kernel(const std::string& source, const std::string& arch, con
   std::string cubin(size, '\0');
   nvrtc_ok(nvrtcGetCUBIN(prog, &cubin[0]), "nvrtcGetCUBIN");
   nvrtcDestroyProgram(&prog);
-  return py::bytes(cubin);
+  return cubin;
 }
 
 template <typename F> static F driver(const char* name) {
   void* fn = nullptr;
+#if CUDART_VERSION >= 12000
   cudaDriverEntryPointQueryResult found;
   if (cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found) != cudaSuccess || found != cudaDriverEntryPointSuccess)
+#else  // CUDA 11's call has no query result: a symbol the driver lacks is cudaErrorSymbolNotFound (null: checked too)
+  if (cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault) != cudaSuccess || fn == nullptr)
+#endif
     throw std::runtime_error(std::string("the CUDA driver has no ") + name);
   return reinterpret_cast<F>(fn);
 }
 
 static void cu_ok(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) throw std::runtime_error(std::string(what) + " failed: CUresult " + std::to_string((int)r));
+}
+
+std::vector<int64_t> versions() {
+  int nv_major = 0, nv_minor = 0;
+  nvrtcVersion(&nv_major, &nv_minor);
+  return {CUDART_VERSION, nv_major, nv_minor, THRUST_VERSION, CUB_VERSION};
+}
+"""
+
+CPP = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+""" + CUDA_CPP + r"""
+py::bytes compile_kernel(const std::string& source, const std::string& arch, const std::string& include_dir) {
+  return py::bytes(compile_cubin(source, arch, include_dir));
 }
 
 // out = gelu(x + bias[col]) with the kernel `name` of `cubin`, on torch's current stream.
@@ -93,12 +113,6 @@ torch::Tensor launch(py::bytes cubin, const std::string& name, torch::Tensor x, 
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   cu_ok(driver<decltype(&cuModuleUnload)>("cuModuleUnload")(mod), "cuModuleUnload");
   return out;
-}
-
-std::vector<int64_t> versions() {
-  int nv_major = 0, nv_minor = 0;
-  nvrtcVersion(&nv_major, &nv_minor);
-  return {CUDART_VERSION, nv_major, nv_minor, THRUST_VERSION, CUB_VERSION};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

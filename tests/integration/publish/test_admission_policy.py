@@ -1,6 +1,6 @@
 """The admission policy, evaluated for real against a local registry (Debian's docker-registry): every case of
 tests/admission_cases.py is an image of its own carrying the in-toto Test Result that gpuforge's own code makes
-(gpuforge.publish.statements, from the real H200 run's report: tests/fleet_reports.py) and signs
+(gpuforge.evidence.statements, from the real H200 run's report: tests/fleet_reports.py) and signs
 (gpuforge.registry.attest). `gpuforge policy --env prod --pool h200 --format cue` is handed to
 `cosign verify-attestation --policy`: the good images are admitted, each hostile one refused with a one-line reason.
 `--format rego` is handed to OPA and regorus with the statements `cosign verify-attestation` verified and printed
@@ -28,8 +28,9 @@ from registries import LocalRegistry
 
 from conftest import need
 from gpuforge.cli import main
+from gpuforge.evidence import statements
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import policy, statements
+from gpuforge.publish import policy
 from gpuforge.registry import attest
 
 pytestmark = pytest.mark.docker

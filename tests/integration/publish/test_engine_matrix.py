@@ -43,12 +43,13 @@ from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trix
 from state_here import records
 
 from conftest import ROOT, gpuforge, need
+from gpuforge.evidence import signed_run
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import signed_run
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 # CI runs it (`nox -s tests`); `-m "not heavy"` leaves it out of a local run (docs/ci.md)
 pytestmark = [pytest.mark.docker, pytest.mark.heavy]
@@ -207,7 +208,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         rep["evidence"].update({k: signed["evidence"][k] for k in ("diff_ids", "config", "inputs")})
         rep.pop("run")
         monkeypatch.setenv("COSIGN_PASSWORD", KEY_PASSWORD)
-        signed_run.sign_report(f"{host}/{repo}@{digest}", rep, signer=state_here.signer(keys["key"]), target=t)
+        signed_run.sign_report(f"{host}/{repo}@{digest}", Report.of(rep), signer=state_here.signer(keys["key"]), target=t)
     SIGNED[provenance] = f"{host}/{repo}@{digest}"
 
     cli("promote", "--env", "dev", "--registry", registry, "--reports", str(reports), "--key", keys["pub"],

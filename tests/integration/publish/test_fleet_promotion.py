@@ -28,10 +28,13 @@ from conftest import ROOT, need
 from gpuforge.cli import main
 from gpuforge.cve import gate as cve
 from gpuforge.errors import PromotionRefused
+from gpuforge.evidence import signed_run, statements
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import promote, signed_run, statements
+from gpuforge.publish import promote
+from gpuforge.push import pusher
 from gpuforge.registry import attest
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 pytestmark = pytest.mark.docker
 KEY_PASSWORD = "fleet-test-key-pass"
@@ -78,12 +81,13 @@ def fleet(validated, tmp_path_factory):
     t = dataclasses.replace(t0, tags=(f"{host}/{REPO}:{t0.tag}",), registry=host)
     assert t.repository == REPO
     start = time.monotonic()
-    [res] = promote.push_targets([t], **state_here.push_kw())
+    [res] = pusher.push_targets([t], **state_here.push_kw())
     print(f"\npush of the default image: {time.monotonic() - start:.0f} s")
     ref = f"{host}/{REPO}@{res['digest']}"
     # signed as `validate --attest` signs (the only signing path): this image's real non-GPU report and inventory
     out = validated["reports"] / t.id
-    signed_run.sign_report(ref, json.loads((out / "report.json").read_text()), signer=state_here.signer(str(d / "k.key")), target=t,
+    rep = Report.from_json((out / "report.json").read_text(), str(out / "report.json"))
+    signed_run.sign_report(ref, rep, signer=state_here.signer(str(d / "k.key")), target=t,
                            inventory=json.loads((out / "sbom.json").read_text()), os_name=t.os)
     yield {"t": t, "digest": res["digest"], "ref": ref, "key": str(d / "k.key"),
            "matrix": d / "matrix.yaml", "dir": d, "host": host}
@@ -96,7 +100,7 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     rep = gpu_report(base, model=model, driver=driver, count=count, started=time.time(),
                      required=evidence.required_checks(True))
     assert rep["green"], rep["problems"]
-    signed_run.sign_report(fleet["ref"], rep, signer=state_here.signer(fleet["key"]), target=fleet["t"])  # labelled a fixture inside (gpu_report)
+    signed_run.sign_report(fleet["ref"], Report.of(rep), signer=state_here.signer(fleet["key"]), target=fleet["t"])  # labelled a fixture inside (gpu_report)
 
 
 def _sign_green_cve_verdict(fleet, capsys) -> None:

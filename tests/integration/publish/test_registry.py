@@ -7,7 +7,7 @@ of the default image (`validated` in conftest.py, shared with the other modules 
 FIXTURES, said where used: the GPU statements (no GPU here) are made from docs/measurements/smoke-cdi-h200.json,
 a real H200 run, merged into this run's report; the statements of the derived image (a one-file layer on the
 default image, the cheap second digest rollback needs) are this run's report with that image's id. Both go
-through the real signing path (gpuforge.publish.signed_run.sign_report, cosign with the test key) and say
+through the real signing path (gpuforge.evidence.signed_run.sign_report, cosign with the test key) and say
 `"facts": {"fixture": ...}` inside. The canary's digest is the devel image's, and the statement it could reuse but
 must not is a FIXTURE too: this run's report with the devel image's content facts (tests/devel_canary.py).
 
@@ -60,6 +60,7 @@ from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.plan.version import BuildId
 from gpuforge.publish import history, promote, rollback
+from gpuforge.push import pusher
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, auth_file
 from gpuforge.validate import evidence
@@ -233,7 +234,7 @@ def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
     signed statements: an isolated place for tests that sign red statements."""
     t, res = pushed
     tr = _target(t, t.registry, repo)
-    [r] = promote.push_targets([tr], **state_here.push_kw())
+    [r] = pusher.push_targets([tr], **state_here.push_kw())
     assert r["digest"] == res["digest"]
     if evidence_too:
         _carry_evidence(t, res["digest"], repo)
@@ -479,7 +480,7 @@ def test_repushed_tag_after_validation_is_refused(pushed, auth_registry, creds, 
     assert _digest(auth_registry, "gpuforge/repush", f"{version}-dev") == res["digest"]
     # and gpuforge's own push will not move the version tag back without --replace
     with pytest.raises(PromotionRefused, match="version tags are immutable: pass --replace"):
-        promote.push_targets([tr], **state_here.push_kw())
+        pusher.push_targets([tr], **state_here.push_kw())
 
 
 def test_digest_gone_from_the_registry_is_refused(pushed, auth_registry, creds, cosign_keys):
@@ -642,12 +643,12 @@ def test_a_second_build_promotes_without_replace_rollback_restores_prod_and_a_se
     # other bytes under A's build identifier are a re-push of A's version tag: refused without --replace
     records.update(t.id, image_id=derived_image)
     with pytest.raises(PromotionRefused, match=r"already holds .* version tags are immutable: pass --replace"):
-        promote.push_targets([tr], **state_here.push_kw())
+        pusher.push_targets([tr], **state_here.push_kw())
     # B: the next build of the same target, as `gpuforge build` records it: its own version tag, pushed beside A's
     build_b = BuildId.at_time(dt.datetime.now(dt.UTC))
     vb = tr.version(build_b)
     records.update(t.id, image_id=derived_image, build=str(build_b), version=vb)
-    [pb] = promote.push_targets([tr], **state_here.push_kw())  # no --replace
+    [pb] = pusher.push_targets([tr], **state_here.push_kw())  # no --replace
     b = pb["digest"]
     assert b != a and vb != va
     assert _digest(tr.registry, tr.repository, va) == a and _digest(tr.registry, tr.repository, vb) == b
@@ -722,7 +723,7 @@ def test_a_builds_environment_tag_moves_only_with_replace(pushed, derived_image,
     tr, _ = _repo_copy(pushed, "gpuforge/replace")
     _promote(tr, "dev", cosign_keys)
     records.update(t.id, image_id=derived_image)  # other bytes, the same build identifier
-    [pb] = promote.push_targets([tr], replace=True, **state_here.push_kw())
+    [pb] = pusher.push_targets([tr], replace=True, **state_here.push_kw())
     b = pb["digest"]
     last = records.get(t.id)["replaced"][-1]
     assert b != a and (last["tag"], last["from"], last["to"]) == (va, a, b)

@@ -35,6 +35,7 @@ from gpuforge.errors import PromotionRefused
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.version import BuildId
 from gpuforge.publish import history, promote, rollback, status
+from gpuforge.push import pusher
 from gpuforge.registry.client import Registry, RegistryAuth
 from gpuforge.state import records as records_module
 from gpuforge.state.promotions import Evidence
@@ -165,7 +166,7 @@ def test_promotions_of_two_builds_move_the_environment_and_keep_each_builds_own_
 
     def build_push_promote(revision: str) -> tuple[str, str]:
         b = builds.build(revision)
-        [pushed] = promote.push_targets([t], records=builds.records, log_dir=tmp_path / "logs", auth=kw["auth"])
+        [pushed] = pusher.push_targets([t], records=builds.records, log_dir=tmp_path / "logs", auth=kw["auth"])
         [res] = promote.promote_targets([t], env="dev", records=builds.records, **kw)  # never --replace
         assert res["replaced"] == [] and f"{b.version}-dev" in res["moved"], res
         return b.version, pushed["digest"]
@@ -176,7 +177,7 @@ def test_promotions_of_two_builds_move_the_environment_and_keep_each_builds_own_
     assert all(builds.at(tg) == d2 for tg in moving)
     # prod takes a build that went through dev, by that build's own dev tag (not by what dev holds now)
     b3 = builds.build("3333333333333333333333333333333333333333")
-    [p3] = promote.push_targets([t], records=builds.records, log_dir=tmp_path / "logs", auth=kw["auth"])
+    [p3] = pusher.push_targets([t], records=builds.records, log_dir=tmp_path / "logs", auth=kw["auth"])
     with pytest.raises(PromotionRefused, match=f"{b3.version}-dev does not point to {p3['digest']}; promote this build"):
         promote.promote_targets([t], env="prod", records=builds.records, allow_no_gpu=True, **kw)
     assert builds.at(f"{t.tag}-prod") is None

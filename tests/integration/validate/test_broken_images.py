@@ -165,6 +165,28 @@ BROKEN += [  # linked-library integrity (#30)
     ("runtime-with-ptxas", ["USER root", f"RUN ln -s {SITE}/triton/backends/nvidia/bin/ptxas /usr/local/bin/ptxas", "USER 1000"],
      "test_devel.py::test_runtime_has_no_cuda_compiler", "a runtime image holds CUDA compiler parts"),
 ]
+HEALTH = "/opt/gpuforge/programs/health.py"
+HEALTH_CMD = '["/opt/venv/bin/python3", "-I", "-S", "/opt/gpuforge/programs/health.py"]'
+UNHEALTHY = "test_health.py::test_unhealthy_once_its_server_stops_answering"
+BROKEN += [  # the HEALTHCHECK (#48): each one a check that would call a stopped server healthy, or none at all
+    ("no-healthcheck", ["HEALTHCHECK NONE"], "test_health.py::test_the_image_declares_a_healthcheck", "declares no HEALTHCHECK"),
+    # a probe every 30 s: a Jupyter ready at 20 s would be seen healthy at 50 s at best
+    ("healthcheck-too-slow", [f"HEALTHCHECK --interval=30s CMD {HEALTH_CMD}"], "test_health.py::test_the_image_declares_a_healthcheck",
+     "is not seen healthy by 30 s"),
+    ("health-always-ok", ["USER root", f"RUN printf 'raise SystemExit(0)\\n' > {HEALTH}", "USER 1000"], f"{UNHEALTHY}[metrics]",
+     "said healthy"),
+    # the jpserver file and a live process taken for an answer: a stopped server has both
+    ("health-jupyter-trusts-its-file", ["USER root", f"RUN sed -i 's/status, _ = _asked(f\"jupyter: GET/status, _ = 200, (f\"jupyter: GET/' {HEALTH}",
+                                        "USER 1000"], f"{UNHEALTHY}[jupyter]", "said healthy"),
+    # a TCP connect taken for an answer: the kernel completes the handshake for a stopped sshd
+    ("health-ssh-connect-only", ["USER root", f"RUN sed -i 's/chunk = s.recv(256)/chunk = b\"SSH-2.0-\"/' {HEALTH}", "USER 1000"],
+     f"{UNHEALTHY}[ssh]", "said healthy"),
+    ("health-beside-unchecked", ["USER root", f"RUN sed -i 's/if mode != \"metrics\" and \"metrics_port\" in state:/if False:/' {HEALTH}",
+                                 "USER 1000"], f"{UNHEALTHY}[metrics-beside]", "said healthy"),
+    # a shell has nothing to ask: a check that asks anyway can only flap
+    ("health-shell-asks", ["USER root", f"RUN sed -i 's/^SERVER_MODES = (\"jupyter\", /SERVER_MODES = (\"shell\", \"jupyter\", /' {HEALTH}",
+                           "USER 1000"], "test_health.py::test_healthy_within_30_s_of_docker_run[shell]", "a probe failed where there is no server"),
+]
 # The smoke suite needs a GPU: its bars are proven by mutated reports (tests/unit), its device count on the H200.
 # Readiness (test_readiness.py): each rule fails on the H200's recorded NVML facts and figures in
 # tests/unit/image/test_readiness.py, its limits and NVIDIA_REQUIRE_CUDA on broken containers in test_readiness_cpu.py,

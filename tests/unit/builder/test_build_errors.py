@@ -1,10 +1,11 @@
-"""A failed build's error line names the cause and the fix (build.diagnose), and the host's CA trust is the
+"""A failed build's error line names the cause and the fix (diagnosis.diagnose), and the host's CA trust is the
 build's CA secret by default (gpuforge.options' extra_ca falls back to the host's pip trust)."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpuforge.builder import diagnosis
 from gpuforge.builder import runner as build
 from gpuforge.errors import ConfigError
 
@@ -31,11 +32,11 @@ LOGS = [
 
 @pytest.mark.parametrize(("line", "phrase"), LOGS)
 def test_build_log_is_diagnosed(line, phrase):
-    assert phrase in (build.diagnose(f"#1 [internal] load build definition\n{line}\n#9 ERROR: exit code: 1\n") or "")
+    assert phrase in (diagnosis.diagnose(f"#1 [internal] load build definition\n{line}\n#9 ERROR: exit code: 1\n") or "")
 
 
 def test_unrecognised_failure_is_not_guessed():
-    assert build.diagnose("#9 ERROR: process \"/bin/sh -c false\" did not complete successfully: exit code: 1") is None
+    assert diagnosis.diagnose("#9 ERROR: process \"/bin/sh -c false\" did not complete successfully: exit code: 1") is None
 
 
 def test_host_trust_order_and_missing_file(monkeypatch, tmp_path):

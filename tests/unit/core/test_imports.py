@@ -18,12 +18,17 @@ from gpuforge import paths
 
 PKG = paths.project_root() / "gpuforge"
 
-# Which stage (folder, or core module) may import which. Stage order: plan < render < builder < validate < publish <
-# fleet; engine is used by builder, validate and publish; registry (images and signed statements on a registry) sits
-# under the CVE gate (cve), publishing and the fleet's reports; state and image are the floor. Core: cli may import anything
-# (it is the only one); errors and grammar import nothing of gpuforge; options checks values with the grammar (the
-# value grammar and the GPU request choices live on the floor, so no stage sits under the options: no exception).
-FLOOR = {"__init__", "errors", "grammar", "options", "paths"}  # __init__: the version
+# Which stage (folder, or core module) may import which. Stage order: plan < render < builder and validate (side by side:
+# the validating run reads the image, never the build's code) < push (bytes to a registry), evidence (what a run signs
+# and how it is read back) and cve, side by side < publish (the decisions) and fleet (reports from signed evidence);
+# engine is used by builder, validate, push, evidence and fleet; registry (images and signed statements on a registry)
+# sits under cve, push, evidence, publish and fleet; state and image are the floor. Core: cli may import anything (it
+# is the only one); errors and grammar import nothing of gpuforge; options checks values with the grammar (the value
+# grammar and the GPU request choices live on the floor, so no stage sits under the options: no exception);
+# provenance (git revision, created time, source URL, redaction) is read by the build, the validating run and the
+# pushers alike, so it sits on the floor and none of them reaches into another's room for it. push may import validate
+# for one helper only: pytest_run.die_with_parent, the one home of "a child never outlives gpuforge".
+FLOOR = {"__init__", "errors", "grammar", "options", "paths", "provenance"}  # __init__: the version
 ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "__init__": set(),
@@ -32,17 +37,21 @@ ALLOWED: dict[str, set[str]] = {
     "grammar": set(),
     "options": {"errors", "grammar"},
     "paths": {"errors", "options"},
+    "provenance": {"errors", "paths"},
     "image": set(),
     "state": FLOOR | {"image"},
     "plan": FLOOR | {"image"},
     "render": FLOOR | {"image", "plan", "state"},
     "engine": FLOOR | {"image", "plan", "state"},
     "builder": FLOOR | {"image", "plan", "state", "render", "engine"},
-    "validate": FLOOR | {"image", "plan", "state", "render", "engine", "builder"},
+    "validate": FLOOR | {"image", "plan", "state", "render", "engine"},
     "registry": FLOOR | {"image", "plan", "state"},
     "cve": FLOOR | {"image", "plan", "state", "registry"},
-    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve"},
-    "fleet": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve", "publish"},
+    "push": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry"},
+    "evidence": FLOOR | {"image", "plan", "state", "engine", "validate", "registry"},
+    "publish": FLOOR | {"image", "plan", "state", "render", "engine", "validate", "registry", "cve", "push", "evidence"},
+    "fleet": FLOOR | {"image", "plan", "state", "render", "engine", "builder", "validate", "registry", "cve", "push", "evidence",
+                      "publish"},
 }
 MODULE_EXCEPTIONS: set[tuple[str, str]] = set()  # none: every edge follows ALLOWED
 ENV_READERS = ("gpuforge.options", "gpuforge.image")

@@ -11,7 +11,7 @@ from conftest import BASE_MATRIX
 from gpuforge import cli, options
 from gpuforge.builder import runner as build
 from gpuforge.errors import ConfigError
-from gpuforge.publish import promote
+from gpuforge.push import pusher
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 EXTRA_CA_ENVS = ("GPUFORGE_EXTRA_CA", *build.HOST_TRUST_ENV)
@@ -143,7 +143,7 @@ def test_verbose_prints_each_option_with_its_source(write_matrix, monkeypatch, c
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5999")
     monkeypatch.setenv("GPUFORGE_REGISTRY_PASSWORD", "hunter2")
     seen = {}
-    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: seen.update(registry=targets[0].registry))
+    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: seen.update(registry=targets[0].registry))
     assert cli.main(["-v", "--matrix", str(m), "push"]) == 0
     err = capsys.readouterr().err
     assert f"gpuforge: option matrix = '{m}' (from --matrix)\n" in err
@@ -181,7 +181,7 @@ def test_a_command_reads_its_options_once(write_matrix, monkeypatch):
     def push(targets, **_):  # the registry was applied to the targets when they were loaded
         monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5002")
         got.append((targets[0].registry, options.setting("registry")))
-    monkeypatch.setattr(promote, "push_targets", push)
+    monkeypatch.setattr(pusher, "push_targets", push)
     assert cli.main(["--matrix", str(write_matrix(BASE_MATRIX)), "push"]) == 0
     assert got == [("127.0.0.1:5001", "127.0.0.1:5001")]
     assert options.current() is None  # cleared when the command ends

@@ -12,7 +12,7 @@ from gpuforge.builder import export
 from gpuforge.engine import retry
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import promote
+from gpuforge.push import pusher
 from gpuforge.registry.client import ANONYMOUS
 from gpuforge.state.models import BuildRecord
 
@@ -138,15 +138,15 @@ OK = [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": DIGEST, "Size": 1}}]
 ])
 def test_the_engines_push_the_registry_answers_with_a_5xx_is_pushed_again(monkeypatch, capsys, pauses, scripts,
                                                                           pushes, refused):
-    monkeypatch.setattr(promote, "Registry", _Registry)
+    monkeypatch.setattr(pusher, "Registry", _Registry)
     c = _Engine(scripts)
     rec = BuildRecord(image_id="sha256:" + "a" * 64, driver="buildx")
     ref = ImageRef.parse("127.0.0.1:5000/gpuforge/pytorch:1")
     if refused:
         with pytest.raises(RegistryError, match=refused):
-            promote._push_gzip(c, _Image(), ref, rec, ANONYMOUS, "plain")
+            pusher._push_gzip(c, _Image(), ref, rec, ANONYMOUS, "plain")
     else:
-        assert promote._push_gzip(c, _Image(), ref, rec, ANONYMOUS, "plain") == DIGEST
+        assert pusher._push_gzip(c, _Image(), ref, rec, ANONYMOUS, "plain") == DIGEST
     assert c.pushes == pushes
     assert c.removed == [str(ref)]  # the version tag is the engine's for the push only, refused or not
     assert capsys.readouterr().err.count(f"the registry answered 500 Internal Server Error to the push of {ref}") == (

@@ -30,11 +30,18 @@ def test_valid_combination_has_no_problems():
     ({"os_name": "debian12", "python": "3.11"}, "nvidia/cuda:12.6.3-cudnn-runtime-debian12 does not exist"),
     ({"cuda": "11.8", "os_name": "ubuntu24.04"}, "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu24.04 does not exist"),
     ({"torch": "2.8.0"}, "torch 2.8.0 is not a known release"),
-    ({"cuda": "11.8", "os_name": "debian12", "python": "3.11", "source": "wheels", "flavor": "devel"},
-     "no CUDA toolkit wheels are known for torch 2.7.1 cu118, so a devel image cannot be built from wheels"),
 ])
 def test_refusals(kw, msg):
     assert any(msg in p for p in _problems(**kw)), _problems(**kw)
+
+
+def test_a_variant_without_toolkit_wheels_builds_no_devel_image_from_wheels(monkeypatch):
+    real = compat.variant
+    monkeypatch.setattr(compat, "variant", lambda torch, cuda: dataclasses.replace(real(torch, cuda), toolkit_wheels=()))
+    assert _problems(cuda="11.8", os_name="debian12", python="3.11", source="wheels", flavor="devel") == [
+        "no CUDA toolkit wheels are known for torch 2.7.1 cu118, so a devel image cannot be built from wheels "
+        "(use source: cuda-base)"]
+    assert _problems(cuda="11.8", os_name="debian12", python="3.11", source="wheels", flavor="runtime") == []
 
 
 def test_variant_pins_are_the_verified_ones():
@@ -47,6 +54,20 @@ def test_variant_pins_are_the_verified_ones():
     assert v.toolkit_wheels == ("nvidia-cuda-nvcc-cu12==12.6.77", "nvidia-cuda-cccl-cu12==12.6.77")
     assert v.cuda_headers in v.toolkit_wheels
     assert _problems(os_name="debian12", python="3.11", source="wheels", flavor="devel") == []
+
+
+@pytest.mark.parametrize("torch", ["2.7.0", "2.7.1"])
+def test_every_cuda_variant_builds_a_devel_image_from_wheels(torch):
+    """Each variant's toolkit is NVIDIA's nvcc and cccl wheels of its own CUDA major, the nvcc one the very wheel a
+    runtime image takes its crt headers from (11.8: CCCL's one release is 11.8.89.post1)."""
+    for cuda in compat.cuda_variants(torch):
+        v = compat.variant(torch, cuda)
+        major = cuda.split(".")[0]
+        assert [w.split("==")[0] for w in v.toolkit_wheels] == [f"nvidia-cuda-nvcc-cu{major}", f"nvidia-cuda-cccl-cu{major}"]
+        assert v.cuda_headers == v.toolkit_wheels[0] and v.toolkit_wheels[0].split("==")[1].startswith(cuda + ".")
+        assert _problems(torch=torch, cuda=cuda, os_name="debian12", python="3.11", source="wheels", flavor="devel") == []
+    assert compat.variant(torch, "11.8").toolkit_wheels == ("nvidia-cuda-nvcc-cu11==11.8.89",
+                                                            "nvidia-cuda-cccl-cu11==11.8.89.post1")
 
 
 # (driver, CUDA) -> verdict; minimums from NVIDIA's CUDA release notes (Table 3) and the

@@ -179,3 +179,39 @@ def test_settings_are_resolved_once_per_combination_of_sources(write_matrix):
 def test_pip_packages_that_keep_the_cuda_pins_are_fine(write_matrix):
     text = BASE_MATRIX + 'defaults: {pip_packages: ["rich==15.0.0", "nvidia-cudnn-cu12>=9"]}\n'
     assert load_matrix(write_matrix(text)).targets[0].settings.pip_packages == ["rich==15.0.0", "nvidia-cudnn-cu12>=9"]
+
+
+@pytest.mark.parametrize("os_name", ["debian12", "ubuntu22.04", "ubuntu24.04"])
+def test_torch_27_every_cuda_both_flavors_from_wheels_plans(write_matrix, capsys, os_name):
+    """The cross product users write for torch 2.7: every CUDA variant it publishes (cu118 too: its devel image takes
+    NVIDIA's CUDA 11.8 toolkit wheels), runtime and devel, from wheels, on each OS with the Python it ships."""
+    from gpuforge.image import compat
+
+    python = compat.os_info(os_name)["python"]
+    text = f"""\
+        registry: 127.0.0.1:5000
+        repository: gpuforge/pytorch
+        bases:
+          debian12:
+            bootstrap: {{suite: bookworm}}
+          ubuntu22.04: {{image: "ubuntu:22.04"}}
+          ubuntu24.04: {{image: "ubuntu:24.04"}}
+        matrix:
+          torch: ["2.7.0", "2.7.1"]
+          cuda: ["11.8", "12.6", "12.8"]
+          python: ["{python}"]
+          os: [{os_name}]
+          flavor: [runtime, devel]
+          source: [wheels]
+        default: ["cuda=11.8 flavor=devel"]
+        """
+    path = write_matrix(text)
+    m = load_matrix(path)
+    assert len(m.targets) == 12
+    for t in m.targets:
+        assert t.toolkit_wheels == (t.variant.toolkit_wheels if t.flavor == "devel" else ())
+    cu118 = m.by_id(f"pt271-cu118-py{python.replace('.', '')}-{os_name.replace('.', '')}-devel-wheels")
+    assert cu118.toolkit_wheels == ("nvidia-cuda-nvcc-cu11==11.8.89", "nvidia-cuda-cccl-cu11==11.8.89.post1")
+    assert cu118.index_url == "https://download.pytorch.org/whl/cu118"
+    assert main(["--matrix", str(path), "plan", "--json", "torch=2.7.*"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["include"]) == 12

@@ -70,6 +70,7 @@ def test_prod_holds_every_pool_s_gpu_evidence_to_it(tmp_path):
 
     from gpuforge.plan.matrix import load_matrix
     from gpuforge.publish import prod
+    from gpuforge.validate.report_model import Report
 
     (tmp_path / "matrix.yaml").write_text(BASE + FLEET.split("  l4x2:")[0])
     t = load_matrix(tmp_path / "matrix.yaml").select(None)[0]
@@ -78,9 +79,10 @@ def test_prod_holds_every_pool_s_gpu_evidence_to_it(tmp_path):
     h200["run"] = {"signed_in_run": True, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     a100["run"] = {"signed_in_run": True,
                    "signed_at": (dt.datetime.now(dt.UTC) - dt.timedelta(days=90)).isoformat(timespec="seconds")}
-    assert prod.pools_missing(t, [h200, a100]) == []
-    assert prod.pools_missing(t, [h200, a100], max_age_days=30) == ["a100"]
-    assert "past the time to live of 30 days" in prod.why_missing(t, [h200, a100], max_age_days=30)
+    signed = [Report.of(h200), Report.of(a100)]
+    assert prod.pools_missing(t, signed) == []
+    assert prod.pools_missing(t, signed, max_age_days=30) == ["a100"]
+    assert "past the time to live of 30 days" in prod.why_missing(t, signed, max_age_days=30)
 
 
 def test_status_shows_an_unreadable_time_as_unknown_and_no_negative_zero():

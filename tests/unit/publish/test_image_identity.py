@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.evidence import signed_run
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import promote, signed_run
+from gpuforge.publish import promote
 from gpuforge.registry import attest
 from gpuforge.registry.client import Manifest
 from gpuforge.state.models import BuildRecord

@@ -1,6 +1,6 @@
-"""Image references in publish code are made by ImageRef (gpuforge/plan/target.py), never joined as strings:
-`f"{host}/{repo}@{digest}"` wrote "/repo@sha256:..." for a reference without a registry, and every copy of
-the idiom was one more place to get the grammar wrong."""
+"""Image references in the code that pushes, signs and promotes (push/, evidence/, publish/) are made by ImageRef
+(gpuforge/plan/target.py), never joined as strings: `f"{host}/{repo}@{digest}"` wrote "/repo@sha256:..." for a
+reference without a registry, and every copy of the idiom was one more place to get the grammar wrong."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ _NOT_REFS = ("pkg:pypi/",)  # package URLs, not image references
 
 def test_no_publish_module_joins_an_image_reference_by_hand():
     found = [f"{py.relative_to(paths.project_root())}:{n}: {line.strip()}"
-             for py in sorted((paths.project_root() / "gpuforge" / "publish").rglob("*.py"))
+             for room in ("push", "evidence", "publish")
+             for py in sorted((paths.project_root() / "gpuforge" / room).rglob("*.py"))
              for n, line in enumerate(py.read_text().splitlines(), 1)
              if _JOINED.search(line) and not any(s in line for s in _NOT_REFS)]
     assert found == [], "build these with ImageRef (on / pinned / at / with_tag):\n" + "\n".join(found)

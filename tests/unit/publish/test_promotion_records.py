@@ -12,6 +12,7 @@ from gpuforge.errors import ConfigError, PromotionRefused, StateError
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.publish import promote, rollback
 from gpuforge.publish.history import Entry, History
+from gpuforge.push import pusher
 from gpuforge.state import promotions
 from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord, RunInfo
@@ -111,6 +112,6 @@ def test_prod_needs_gpu_unless_opted_out_out_loud():
 def test_push_and_promote_name_the_recorded_version_and_refuse_a_record_without_one(write_matrix):
     t = load_matrix(write_matrix(BASE_MATRIX)).select(None)[0].on("registry.example.com")
     rec = BuildRecord(image_id=A, build="20261206T203015Z", version=f"{t.tag}-20261206T203015Z")
-    assert str(promote.pushed_version(t, rec)) == f"registry.example.com/gpuforge/pytorch:{t.tag}-20261206T203015Z"
+    assert str(pusher.pushed_version(t, rec)) == f"registry.example.com/gpuforge/pytorch:{t.tag}-20261206T203015Z"
     with pytest.raises(StateError, match=f"names no version tag .* run `gpuforge build {t.id}` again"):
-        promote.pushed_version(t, BuildRecord(image_id=A))
+        pusher.pushed_version(t, BuildRecord(image_id=A))

@@ -169,3 +169,25 @@ def test_generate_removes_targets_that_left_the_matrix(checkout):
     assert main(["generate"]) == 0
     assert not (dist / "pt000-old-target").exists()
     assert (checkout / ".dockerignore").exists() and (dist / "docker-bake.json").exists()  # written in the copy
+
+
+def test_a_cu118_devel_image_from_wheels_takes_the_cuda_11_8_toolkit_wheels(write_matrix):
+    """The toolkit layer of a cu118 devel image: NVIDIA's CUDA 11.8 toolkit wheels at compat's pins, installed beside
+    torch's cu11 wheels and assembled into CUDA_HOME as for CUDA 12 (tests/integration/image/test_toolkit_wheels.py
+    runs those steps on the CPU)."""
+    text = ("registry: 127.0.0.1:5000\nrepository: gpuforge/pytorch\nbases:\n  debian12:\n    bootstrap: {suite: bookworm}\n"
+            'matrix:\n  torch: ["2.7.1"]\n  cuda: ["11.8"]\n  python: ["3.11"]\n  os: [debian12]\n  flavor: [devel]\n'
+            '  source: [wheels]\ndefault: ["cuda=11.8"]\n')
+    [t] = load_matrix(write_matrix(text)).targets
+    files = render.render_target(t)
+    df = files["Dockerfile"].decode()
+    toolkit = df[df.index("COPY images/context/cuda_home.py"):df.index("COPY images/context/profile-devel.sh")]
+    assert "        nvidia-cuda-nvcc-cu11==11.8.89 \\\n        nvidia-cuda-cccl-cu11==11.8.89.post1 \\\n" in toolkit
+    assert 'cuda_home.py --site "$SITE/nvidia" --out /opt/gpuforge/cuda' in toolkit
+    assert "CUDA_HOME=/opt/gpuforge/cuda \\" in df and ":/opt/gpuforge/cuda/bin \\" in df
+    assert " nvidia-cuda-nvcc-cu11==11.8.89 nvidia-cuda-cccl-cu11==11.8.89.post1; } > /opt/gpuforge/pip-constraints.txt" in df
+    assert 'io.gpuforge.toolkit="nvidia-cuda-nvcc-cu11==11.8.89,nvidia-cuda-cccl-cu11==11.8.89.post1"' in df
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in df
+    pins = files["constraints.txt"].decode()
+    assert "nvidia-cuda-nvrtc-cu11==11.8.89\n" in pins and "-cu12==" not in pins
+    assert json.loads(files["target.json"])["toolkit"] == list(t.toolkit_wheels)

@@ -68,11 +68,11 @@ def test_malformed_builds_json_is_one_line(state, make, words):
 @pytest.mark.parametrize(("make", "words"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
 def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, make, words):
     """Through cli.main, the one place errors are printed (a truncated record was exit 1, a code not listed)."""
-    from gpuforge.publish import promote
+    from gpuforge.push import pusher
 
     state.mkdir()
     make(state / "builds.json")
-    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: records.require(targets[0].id))
+    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.require(targets[0].id))
     rc = cli.main(["push"])
     err = capsys.readouterr().err
     assert rc == 8 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -158,9 +158,9 @@ def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypa
     with pytest.raises(StateError) as e:
         records.update("t", image_id=OTHER)
     assert "read-only file system" in _one_line(e.value, mountpoint / "state")
-    from gpuforge.publish import promote
+    from gpuforge.push import pusher
 
-    monkeypatch.setattr(promote, "push_targets", lambda targets, **_: records.update(targets[0].id, image_id=OTHER))
+    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.update(targets[0].id, image_id=OTHER))
     assert cli.main(["push"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gpuforge: error: {mountpoint / 'state'}") and "read-only" in err, err

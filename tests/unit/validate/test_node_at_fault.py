@@ -6,14 +6,16 @@ from __future__ import annotations
 import pytest
 
 from gpuforge.validate.pytest_run import node_at_fault
+from gpuforge.validate.report_model import Report
 
 UNFIT = {"level": "r2", "verdict": "NODE NOT FIT (host): shm: /dev/shm is 64 MiB", "exit": 10}
 
 
-def rep(failed_modules: list[str], readiness: dict | None = UNFIT) -> dict:
-    checks = [{"module": m, "outcome": "failed"} for m in failed_modules]
-    checks.append({"module": "test_metadata", "outcome": "passed"})
-    return {"facts": {"readiness": readiness} if readiness else {}, "checks": checks}
+def rep(failed_modules: list[str], readiness: dict | None = UNFIT) -> Report:
+    checks = [{"id": f"{m}::t", "module": m, "name": "t", "outcome": "failed"} for m in failed_modules]
+    checks.append({"id": "test_metadata::t", "module": "test_metadata", "name": "t", "outcome": "passed"})
+    return Report.of({"exit_status": 1, "gpu": True, "facts": {"readiness": readiness} if readiness else {},
+                      "checks": checks})
 
 
 @pytest.mark.parametrize("failed", [["test_readiness"], ["test_readiness", "test_gpu_smoke", "test_driver"]])

@@ -32,15 +32,14 @@ def test_a_real_report_round_trips_unchanged(path):
 
 
 def test_a_finished_and_signed_report_round_trips_with_its_digest():
-    from gpuforge.publish import signed_run
+    from gpuforge.evidence import signed_run
 
     rep = gpu_report(base_from_h200_run(), started=1.0)
     text = report.to_json(rep)
     typed = Report.from_json(text, "r.json")
     assert report.to_json(typed.dump()) == text and evidence.digest_of(typed) == evidence.digest_of(rep)
     assert typed.evidence.gpu_host.gpu_models == ["H200"] and typed.gpu_run()
-    stmt = signed_run.statement(rep, "r/x@sha256:" + "e" * 64)
-    signed = Report.of(stmt)
+    signed = signed_run.statement(typed, "r/x@sha256:" + "e" * 64)
     assert signed.run.signed_in_run and signed.run.subject == "r/x@sha256:" + "e" * 64
     assert {k: v for k, v in signed.dump().items() if k != "run"} == {k: v for k, v in rep.items() if k != "run"}
 

@@ -1,5 +1,5 @@
-"""Reports are typed in use: publish/ and fleet/ read a validation report (a file or a signed predicate) through
-gpuforge.validate.report_model.Report's attributes, never a dict's string keys."""
+"""Reports are typed in use: push/, evidence/, publish/ and fleet/ read a validation report (a file or a signed
+predicate) through gpuforge.validate.report_model.Report's attributes, never a dict's string keys."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import ast
 from gpuforge import paths
 
 PKG = paths.project_root() / "gpuforge"
-ROOMS = ("publish", "fleet")
+ROOMS = ("push", "evidence", "publish", "fleet")
 # Keys only a validation report has (status rows, release notes, promotion records, CVE verdicts and inventories
 # share the generic ones: target, gpu, driver, run, evidence, id...): reading one of these by string is reading a
 # report as a dict.
@@ -32,7 +32,7 @@ def _string_reads(tree: ast.Module) -> list[tuple[int, str]]:
     return out
 
 
-def test_publish_and_fleet_read_reports_typed():
+def test_the_rooms_above_validate_read_reports_typed():
     bad = [f"{py.relative_to(PKG.parent)}:{line}: [{key!r}]" for room in ROOMS for py in sorted((PKG / room).rglob("*.py"))
            for line, key in _string_reads(ast.parse(py.read_text(), str(py)))]
     assert not bad, "string-keyed report reads (load it with Report.of and read attributes):\n" + "\n".join(bad)

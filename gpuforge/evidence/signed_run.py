@@ -8,7 +8,7 @@ checks first that the registry's manifest at that digest is the very image it is
 
 One path builds what is signed (`to_sign`, through `sign_report`); it goes onto the registry as it is signed, or, on a
 GPU runner with no registry (`validate --gpu --bundle FILE`), into a bundle file signed offline, which `gpuforge
-attach` checks and attaches on a machine that reaches the registry (gpuforge.publish.bundle, gpuforge.publish.attach).
+attach` checks and attaches on a machine that reaches the registry (gpuforge.evidence.bundle, gpuforge.evidence.attach).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import PromotionRefused, RegistryError
+from gpuforge.evidence import age, bundle, reuse, runinfo, statements
 from gpuforge.plan.target import Target
-from gpuforge.publish import bundle, prod, reuse, runinfo, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state import files
@@ -57,16 +57,15 @@ def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     return str(pushed.pinned(rec.digest))
 
 
-def statement(rep: dict | Report, ref: str, *, offline: bool = False) -> dict:
+def statement(rep: Report, ref: str, *, offline: bool = False) -> Report:
     """The validation predicate: the run's report plus who signed it, and that it was signed in the run (checked
     against the report's shape before it is signed, so promotion can read what was signed). `offline`: signed into a
     bundle, to be attached later (`run.signed_offline`)."""
-    report = Report.of(rep, "the report to sign")
     info = runinfo.current().model_dump(mode="json")
-    run = {**(report.run.model_dump(exclude_unset=True) if report.run else {}), **info, "signed_in_run": True,
+    run = {**(rep.run.model_dump(exclude_unset=True) if rep.run else {}), **info, "signed_in_run": True,
            "subject": ref, "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
            **({"signed_offline": True} if offline else {})}
-    return Report.of({**report.dump(), "run": run}, "the statement to sign").dump()
+    return Report.of({**rep.dump(), "run": run}, "the statement to sign")
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ class ToSign:
 
 class Delivery(Protocol):
     """Where signed statements go: onto the registry (`onto_registry`), or into a bundle file
-    (gpuforge.publish.bundle.Collector), to be attached on a machine that reaches the registry."""
+    (gpuforge.evidence.bundle.Collector), to be attached on a machine that reaches the registry."""
 
     def __call__(self, ref: str, item: ToSign) -> None: ...
 
@@ -91,7 +90,7 @@ def onto_registry(signer: attest.Signer) -> Delivery:
     return deliver
 
 
-def to_sign(ref: str, rep: dict | Report, *, target: Target, inventory: dict | None = None, os_name: str = "",
+def to_sign(ref: str, rep: Report, *, target: Target, inventory: dict | None = None, os_name: str = "",
             offline: bool = False) -> list[ToSign]:
     """What one run's report makes about `ref`, each checked before anything is signed, in the order they are signed:
     gpuforge's predicate, an in-toto Test Result per fleet pool of `target` the run's GPU host is a node of, and the
@@ -99,10 +98,10 @@ def to_sign(ref: str, rep: dict | Report, *, target: Target, inventory: dict | N
     stmt = statement(rep, ref, offline=offline)
     # when the checks ran: a reuse's statements carry its source's time, so an admission policy's cut-off sees
     # the evidence's real age (Report.validated_at)
-    at = prod.signed_time(Report.of(stmt).validated_at())
-    out = [ToSign(type_uri=attest.VALIDATION_TYPE, predicate=stmt)]
+    at = age.signed_time(stmt.validated_at())
+    out = [ToSign(type_uri=attest.VALIDATION_TYPE, predicate=stmt.dump())]
     out += [ToSign(type_uri=statements.TEST_RESULT_TYPE, predicate=r)
-            for r in statements.test_results(Report.of(stmt), ref=ref, target=target, signed_at=at)]
+            for r in statements.test_results(stmt, ref=ref, target=target, signed_at=at)]
     if inventory:
         out.append(ToSign(type_uri=attest.INVENTORY_TYPE, predicate=inventory))
         bom = cyclonedx.bom(target_id=inventory["target"], image_id=inventory["image_id"], os_name=os_name,
@@ -111,7 +110,7 @@ def to_sign(ref: str, rep: dict | Report, *, target: Target, inventory: dict | N
     return out
 
 
-def sign_report(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
+def sign_report(ref: str, rep: Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
                 os_name: str = "", deliver: Delivery | None = None) -> list[ToSign]:
     """Sign one run's report onto `ref` (to_sign's statements), or, with `deliver`, hand them there (a bundle). The only
     signing path for evidence. Returns what was signed."""
@@ -133,14 +132,13 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
     left = [t for t in targets if not (may_reuse and _reused(t, refs[t.id], reports=reports, signer=signer,
                                                              records=records, verifier=verifier, reuse_from=reuse_from))]
 
-    def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
         sign_report(refs[t.id], rep, signer=signer, target=t, inventory=inventory if not gpu else None, os_name=t.os)
-        signed = Report.of(rep)
-        verdict = "green" if signed.green else "NOT green"
+        verdict = "green" if rep.green else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
               flush=True)
-        key = reuse.key_of(signed)
-        if signed.green and key:  # a hint for the next copy of these bytes; the decision reads the signature
+        key = reuse.key_of(rep)
+        if rep.green and key:  # a hint for the next copy of these bytes; the decision reads the signature
             reuse.remember(records.state_dir, refs[t.id], key)
 
     if not left:
@@ -154,12 +152,12 @@ def validate_into_bundle(t: Target, *, out: Path, reports: Path, signer: attest.
     """`validate --gpu --bundle OUT` on a GPU runner that cannot reach the registry: the GPU validators run on the image
     the build record names (by image id, already in the engine: `docker load` of the pushed image), and this run's
     statements, the same `validate --gpu --attest` signs, are signed offline about the record's pushed digest into the
-    bundle file OUT (gpuforge.publish.bundle), green or not. No registry is asked; `gpuforge attach OUT` attaches them
+    bundle file OUT (gpuforge.evidence.bundle), green or not. No registry is asked; `gpuforge attach OUT` attaches them
     where one is."""
     ref = recorded_ref(t, records, how="validate --bundle")  # refusals before the first check runs
     bundle.preflight(out, ref=ref, signer=signer)
 
-    def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
         contents = sign_into_bundle(ref, rep, signer=signer, target=t, out=out)
         print(f"gpuforge: signed this run's GPU validation ({'green' if contents.green else 'NOT green'}) of {t.id} "
               f"about {ref} offline into {out} ({len(contents.statements)} statement(s), GPU "
@@ -170,12 +168,13 @@ def validate_into_bundle(t: Target, *, out: Path, reports: Path, signer: attest.
                                        gpu_request=gpu_request, progress_mode=progress_mode, on_report=sign)
 
 
-def sign_into_bundle(ref: str, rep: dict | Report, *, signer: attest.Signer, target: Target,
+def sign_into_bundle(ref: str, rep: Report, *, signer: attest.Signer, target: Target,
                      out: Path) -> bundle.Contents:
     """One GPU run's statements (sign_report's, delivered into a bundle), signed offline and written to `out`."""
     collected = bundle.Collector(signer)
     items = sign_report(ref, rep, signer=signer, target=target, deliver=collected)
-    return bundle.write(out, ref=ref, target_id=target.id, report=items[0].predicate, collected=collected)
+    signed = Report.of(items[0].predicate, "the signed validation statement")  # the predicate as signed
+    return bundle.write(out, ref=ref, target_id=target.id, report=signed, collected=collected)
 
 
 def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, records: Records,
@@ -202,9 +201,8 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     stmt = statement(reuse.statement(found, image_id=rec.image_id), ref)
     inventory = reuse.inventory(found.source, verifier, target_id=t.id, image_id=rec.image_id)
     sign_report(ref, stmt, signer=signer, target=t, os_name=t.os, inventory=inventory)
-    rep = Report.of(stmt)
     _write_reused(t, stmt, reports=reports, records=records, target_json=tj)
-    print(f"gpuforge: reused: the image checks ({len(rep.checks)}) signed {found.report.run.signed_at} on "
+    print(f"gpuforge: reused: the image checks ({len(stmt.checks)}) signed {found.report.run.signed_at} on "
           f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
     # the same bytes' GPU runs, one per GPU host (models and driver): a zstd copy or a mirror needs no new GPU run
     gpu, gpu_passed_over = reuse.gpu_runs(found.source, ref, facts, verifier)
@@ -219,13 +217,14 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
     return True
 
 
-def _write_reused(t: Target, stmt: dict, *, reports: Path, records: Records, target_json: Path) -> None:
+def _write_reused(t: Target, stmt: Report, *, reports: Path, records: Records, target_json: Path) -> None:
     """The reused statement as this target's report set (the JSON, its Markdown, the target.json it was checked
     against), as one set under the folder's lock with its recorded digest, as a run writes its own."""
     rpath = pytest_run.report_path(reports, t.id, False)
-    md = report.markdown(stmt)
+    data = stmt.dump()  # the files are the report's JSON data
+    md = report.markdown(data)
     with files.Folder(reports.parent, reports.name, t.id) as out, out.locked():
-        out.write_set({rpath.name: report.to_json(stmt).encode(), rpath.with_suffix(".md").name: md.encode(),
+        out.write_set({rpath.name: report.to_json(data).encode(), rpath.with_suffix(".md").name: md.encode(),
                        "target.json": target_json.read_bytes()})
         records.update_build(t.id, report=str(rpath), report_digest=evidence.digest_of(stmt))
     report.summarize(md)

@@ -36,13 +36,15 @@ from registries import PASSWORD, USER, USERS, LocalRegistry
 from conftest import need
 from gpuforge.cli import main
 from gpuforge.errors import ConfigError, PromotionRefused
+from gpuforge.evidence import bundle, signed_run
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import bundle, promote, signed_run
+from gpuforge.publish import promote
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 pytestmark = pytest.mark.docker
 KEY_PASSWORD = "bundle-test-key-pass"
@@ -151,7 +153,7 @@ def _report(s, *, image: int = 0, gpu: bool = True, model: str = "H200", driver:
 def _bundle(s, name: str, rep: dict, *, ref: str | None = None, keys: dict | None = None) -> Path:
     out = s.d / "bundles" / f"{name}.bundle"
     signer = attest.Signer(key=(keys or s.ours)["key"])
-    signed_run.sign_into_bundle(ref or s.ref, rep, signer=signer, target=s.t, out=out)
+    signed_run.sign_into_bundle(ref or s.ref, Report.of(rep), signer=signer, target=s.t, out=out)
     return out
 
 
@@ -179,7 +181,7 @@ def _refused(s, path: Path, *args: str, code: int, why: str, capsys, key: str | 
 @pytest.fixture(scope="module")
 def dev(setup):
     """The digest's green non-GPU statement (signed as `validate --attest` signs), then promoted to dev."""
-    signed_run.sign_report(setup.ref, _report(setup, gpu=False), signer=state_here.signer(setup.ours["key"]),
+    signed_run.sign_report(setup.ref, Report.of(_report(setup, gpu=False)), signer=state_here.signer(setup.ours["key"]),
                            target=setup.t)
     promote.promote_targets([setup.t], env="dev", **state_here.promote_kw(setup.ours["key"], setup.ours["pub"]))
     return setup
@@ -194,7 +196,7 @@ def test_validate_bundle_signs_offline_with_no_registry_call(setup, monkeypatch,
 
     def stand_in(targets, *, on_report, gpu, **_):
         assert gpu and [t.id for t in targets] == [setup.t.id]
-        on_report(targets[0], rep, None)
+        on_report(targets[0], Report.of(rep), None)
         return 0
 
     monkeypatch.setattr(pytest_run, "validate_targets", stand_in)

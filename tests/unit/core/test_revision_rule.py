@@ -1,13 +1,12 @@
-"""One git-revision helper with one dirty rule (#27): the image's revision label and the signed run block of every
-statement read the same (commit, dirty) — once they disagreed on untracked files."""
+"""One git-revision helper with one dirty rule: the image's revision label and the signed run block of every
+statement read the same (commit, dirty), untracked files included."""
 
 from __future__ import annotations
 
 import subprocess
 
-from gpuforge import paths
-from gpuforge.builder import runner
-from gpuforge.publish import runinfo
+from gpuforge import paths, provenance
+from gpuforge.evidence import runinfo
 
 
 def _repo(tmp_path):
@@ -23,11 +22,11 @@ def test_the_label_and_the_run_block_share_one_rule(tmp_path, monkeypatch):
     head = _repo(tmp_path)
     paths.use_root(tmp_path)  # as the CLI names GPUFORGE_ROOT's checkout (tests/conftest.py names none again after)
     runinfo._git.cache_clear()
-    assert paths.checkout_revision() == (head, False) and runner.git_revision() == head and runinfo._git() == (head, False)
+    assert paths.checkout_revision() == (head, False) and provenance.git_revision() == head and runinfo._git() == (head, False)
     (tmp_path / "images/context/new_program.py").write_text("print('untracked, yet in the build context')\n")
     runinfo._git.cache_clear()
     assert paths.checkout_revision() == (head, True)
-    assert runner.git_revision() == f"{head}-dirty" and runinfo._git() == (head, True)
+    assert provenance.git_revision() == f"{head}-dirty" and runinfo._git() == (head, True)
     runinfo._git.cache_clear()
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpuforge.engine.client import EngineInfo
 from gpuforge.errors import ConfigError
-from gpuforge.publish import compress
+from gpuforge.push import compress
 from gpuforge.state.models import BuildRecord
 
 BUILDX = {"image_id": "sha256:" + "a" * 64, "driver": "buildx", "argv": ["docker", "buildx", "build", "--load", "."]}

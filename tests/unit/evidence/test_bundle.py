@@ -1,5 +1,5 @@
 """The bundle's format and attach's checks, without a registry or a signature: the envelopes here carry no real
-signature (cosign's part, the signature check, runs in tests/integration/publish/test_gpu_bundle.py against a real
+signature (cosign's part, the signature check, runs in tests/integration/evidence/test_gpu_bundle.py against a real
 registry). Reports are the real H200 run made a GPU report (tests/fleet_reports.py), with content facts stamped as
 `validate --gpu` stamps them."""
 
@@ -15,10 +15,11 @@ from fleet_reports import BASE, FLEET, base_from_h200_run, gpu_report
 
 from gpuforge import cli
 from gpuforge.errors import BundleRefused, ConfigError, StateError
+from gpuforge.evidence import attach, bundle, signed_run, statements
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import attach, bundle, signed_run, statements
 from gpuforge.registry import attest
 from gpuforge.validate import evidence
+from gpuforge.validate.report_model import Report
 
 DIGEST = "sha256:" + "ab" * 32
 REF = f"127.0.0.1:5000/gpuforge/pytorch@{DIGEST}"
@@ -47,13 +48,13 @@ def offline(monkeypatch):
     monkeypatch.setattr(attest, "envelope", lambda ref, data, type_uri, signer: json.dumps(unsigned(ref, type_uri, data)))
 
 
-def gpu_run(**change) -> dict:
+def gpu_run(**change) -> Report:
     rep = gpu_report(base_from_h200_run())
     rep["evidence"].update({**CONTENT, **change})
-    return rep
+    return Report.of(rep)
 
 
-def made(tmp_path, target, rep: dict | None = None):
+def made(tmp_path, target, rep: Report | None = None):
     out = tmp_path / "gpu.bundle"
     signed_run.sign_into_bundle(REF, rep or gpu_run(), signer=attest.Signer(key="cosign.key"), target=target, out=out)
     return out

@@ -11,8 +11,8 @@ import datetime as dt
 import pytest
 from fleet_reports import BASE, FLEET, base_from_h200_run, gpu_report
 
+from gpuforge.evidence import statements
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.publish import statements
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import Report
 

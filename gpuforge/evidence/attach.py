@@ -3,7 +3,7 @@
 
 Every check comes before anything is attached, and each refusal is one line (BundleRefused, exit 11; a file that is no
 bundle: StateError, exit 8). In order:
-  1. the file is a bundle (gpuforge.publish.bundle.read: JSON of the right shape, each payload an in-toto statement);
+  1. the file is a bundle (gpuforge.evidence.bundle.read: JSON of the right shape, each payload an in-toto statement);
   2. every envelope's signature verifies with the public key (--key): one that does not, or carries none, refuses it;
   3. the signed table of contents lists exactly the other envelopes, in order, and agrees with the validation
      statement it heads (image id, layers, config, validator set, GPU host, content key, pools);
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpuforge.errors import BundleRefused, ConfigError, RegistryError, StateError
+from gpuforge.evidence import age, bundle, reuse, statements
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import bundle, prod, reuse, statements
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, RegistryAuth
 from gpuforge.state.records import Records
@@ -147,7 +147,7 @@ def judge(b: bundle.Bundle, c: bundle.Contents, rep: Report, t: Target, *, pool:
                         f"{evidence.validator_set_hash()[:19]}): validate again with this checkout's validators")
     times = [c.signed_at, rep.validated_at(),
              *(_result_signed_at(s.predicate) for s in b.body if s.type_uri == statements.TEST_RESULT_TYPE)]
-    ages = [prod.age_days(at) for at in times]
+    ages = [age.age_days(at) for at in times]
     if None in ages:
         _refuse(b.path, "a statement names no signing time, so its age is unknown")
     oldest = max(ages)
@@ -187,10 +187,10 @@ def _not_yet_there(b: bundle.Bundle, rep: Report, ref: str,
     on = {t: [s.predicate for s in attest.verified_statements(ref, t, verifier)]
           for t in dict.fromkeys(s.type_uri for s in b.body)}
     host = rep.host_of()
-    ours = prod.signed_time(rep.validated_at())
+    ours = age.signed_time(rep.validated_at())
     for p in on.get(attest.VALIDATION_TYPE, []):
         other = Report.of(p, f"{ref}: signed validation statement")
-        at = prod.signed_time(other.validated_at())
+        at = age.signed_time(other.validated_at())
         if (p != b.body[0].predicate and other.gpu_run() and (other.host_of().gpu_models, other.host_of().driver)
                 == (host.gpu_models, host.driver) and at is not None and ours is not None and at > ours):
             _refuse(b.path, f"{ref} already carries a GPU statement from this GPU host signed later "

@@ -29,8 +29,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuforge.errors import PromotionRefused, RegistryError, StateError
+from gpuforge.evidence import age
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import prod
 from gpuforge.registry import attest
 from gpuforge.state import store
 from gpuforge.validate import evidence
@@ -197,7 +197,7 @@ def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:
 def _unusable(rep: Report | None, key: str) -> str:
     if rep is None:
         return "no signed validation statement"
-    if not (rep.run and prod.signed_time(rep.run.signed_at)):
+    if not (rep.run and age.signed_time(rep.run.signed_at)):
         return "its newest statement has no signing time (its age is unknown)"
     if not rep.run.signed_in_run:
         return "its newest statement was not signed in its run"
@@ -213,7 +213,7 @@ def _unusable(rep: Report | None, key: str) -> str:
     return ""
 
 
-def statement(found: Found, *, image_id: str) -> dict:
+def statement(found: Found, *, image_id: str) -> Report:
     """The report this run signs for the copy: the source's checks, this image's id, and where they came from.
     signed_run.statement adds who signed it, when, and the subject."""
     rep = found.report
@@ -224,7 +224,7 @@ def statement(found: Found, *, image_id: str) -> dict:
         "facts": {**rep.facts, "image_id": image_id, "repo_digests": []},
         "evidence": rep.evidence.model_copy(update={"image_id": image_id, "repo_digests": []}),
         "run": run})
-    return Report.of(copied.dump(), "the reused statement").dump()
+    return Report.of(copied.dump(), "the reused statement")
 
 
 def inventory(source: str, verifier: attest.Verifier, *, target_id: str, image_id: str) -> dict | None:

@@ -15,7 +15,7 @@ layers (rootfs.diff_ids: digests of the uncompressed layers) and the same runtim
 image in the engine: the same files and settings, compressed otherwise.
 
 `gzip` pushes `<version>`, `zstd` pushes `<version>-zstd` only, `both` pushes both, `soci` pushes `<version>` and a
-SOCI index of it for lazy pulling (gpuforge.publish.soci). Promotion moves the gzip
+SOCI index of it for lazy pulling (gpuforge.push.soci). Promotion moves the gzip
 digest, the one `validate --attest` signs; the zstd copy is not signed.
 """
 
@@ -25,10 +25,11 @@ import json
 from pathlib import Path
 
 from gpuforge import options
-from gpuforge.builder import export, runner
+from gpuforge.builder import export
 from gpuforge.engine import client as engine
 from gpuforge.errors import ConfigError, RegistryError
 from gpuforge.plan.target import ImageRef
+from gpuforge.provenance import redact
 from gpuforge.registry.client import Registry, RegistryAuth, auth_file
 from gpuforge.state.models import BuildRecord
 
@@ -81,7 +82,7 @@ def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, au
                                       docker_config=Path(af).parent if af else None)
     if rc != 0 or not digest:
         last = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-        msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {runner.redact(last[0])[-200:]}"
+        msg = f"zstd push of {ref} failed (exit {rc}); log: {log}; last line: {redact(last[0])[-200:]}"
         raise RegistryError(msg)
     reg = Registry(auth)
     m = reg.manifest(zref.pinned(digest))

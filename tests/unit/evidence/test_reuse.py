@@ -14,7 +14,7 @@ import pytest
 from fleet_reports import base_from_h200_run, gpu_report
 
 from gpuforge.errors import RegistryError
-from gpuforge.publish import reuse, signed_run
+from gpuforge.evidence import reuse, signed_run
 from gpuforge.registry import attest
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import Report
@@ -130,7 +130,7 @@ def test_the_reused_statement_names_its_source_and_keeps_its_age(registry, monke
     registry[SRC] = [image_report()]
     found, _ = reuse.find(key(), [SRC], VERIFIER)
     image_id = "sha256:" + "9" * 64
-    stmt = Report.of(signed_run.statement(reuse.statement(found, image_id=image_id), COPY))
+    stmt = signed_run.statement(reuse.statement(found, image_id=image_id), COPY)
     assert stmt.run.reused_from.source == SRC and stmt.run.reused_from.key == key()
     assert stmt.run.signed_in_run and stmt.run.subject == COPY
     assert stmt.evidence.image_id == image_id and not evidence.problems(stmt)
@@ -172,14 +172,15 @@ def test_promotion_judges_the_reused_statement_and_the_test_result_keeps_the_sou
                                                                                           monkeypatch):
     from fleet_reports import BASE
 
+    from gpuforge.evidence import statements
     from gpuforge.plan.matrix import load_matrix
-    from gpuforge.publish import promote, statements
+    from gpuforge.publish import promote
 
     registry[SRC] = [image_report()]
     found, _ = reuse.find(key(), [SRC], VERIFIER)
     image_id = "sha256:" + "9" * 64
     stmt = signed_run.statement(reuse.statement(found, image_id=image_id), COPY)
-    registry[COPY] = [stmt]
+    registry[COPY] = [stmt.dump()]
     ev = promote.judge(COPY, image_id, VERIFIER, require_gpu=False, who="t")
     assert ev.green and ev.validated_at == SIGNED_AT
     (tmp_path / "matrix.yaml").write_text(BASE)
@@ -210,7 +211,7 @@ def test_each_gpu_hosts_newest_green_run_of_these_bytes_is_reused(registry):
         (["H200"], "580.159.04"), (["A100"], "570.133.20")]
     h200 = found[0]
     assert h200.key == reuse.key_of(Report.of(_signed_gpu()))  # the key names the GPU host it was proven on
-    stmt = Report.of(signed_run.statement(reuse.statement(h200, image_id="sha256:" + "9" * 64), COPY))
+    stmt = signed_run.statement(reuse.statement(h200, image_id="sha256:" + "9" * 64), COPY)
     assert stmt.gpu_run() and stmt.run.reused_from.source == SRC and stmt.host_of().driver == "580.159.04"
     assert stmt.validated_at() == SIGNED_AT and not evidence.problems(stmt)
 

@@ -3,7 +3,7 @@ only in the status line (seen: {'status': 'default: digest: sha256:1fcd... size:
 
 from __future__ import annotations
 
-from gpuforge.publish.promote import pushed_digest
+from gpuforge.push.pusher import pushed_digest
 
 D = "sha256:" + "1f" * 32
 

@@ -18,8 +18,8 @@ import docker.errors
 
 from gpuforge.engine import client as engine
 from gpuforge.errors import RegistryError
+from gpuforge.evidence import signed_run
 from gpuforge.plan.target import ImageRef, Target
-from gpuforge.publish import signed_run
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry, RegistryAuth, credentials
 from gpuforge.state.records import Records
@@ -65,15 +65,16 @@ def run(targets: list[Target], *, env: str, reports: Path, signer: attest.Signer
         images[t.id] = pull(ref, signer.auth)
     refs = {t.id: str(ref) for t, ref in plan}
 
-    def sign(t: Target, rep: dict, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
         node = pytest_run.node_at_fault(rep)
         if node:  # the node's fault (XID, driver, limits) is not the image's: nothing is signed onto the digest
             print(f"gpuforge: canary: {t.id}: this node is not fit ({node}); nothing signed onto {refs[t.id]}",
                   flush=True)
             return
-        marked = Report.of({**rep, "run": {**(rep.get("run") or {}), "canary": env}}, "the canary's report").dump()
+        run = {**(rep.run.model_dump(exclude_unset=True) if rep.run else {}), "canary": env}
+        marked = Report.of({**rep.dump(), "run": run}, "the canary's report")
         signed_run.sign_report(refs[t.id], marked, signer=signer, target=t, os_name=t.os)
-        verdict = "green" if Report.of(marked).green else "RED: this digest is not promoted again until a green run"
+        verdict = "green" if marked.green else "RED: this digest is not promoted again until a green run"
         print(f"gpuforge: canary: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of what {env} holds "
               f"for {t.id}, {refs[t.id]}", flush=True)
 

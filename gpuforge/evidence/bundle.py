@@ -7,9 +7,9 @@ as payload, the signatures), made by `cosign attest --no-upload` with the key pa
 names. The first is the bundle's own statement (BUNDLE_TYPE), its table of contents: the target, the subject, what ties
 the evidence to the image by content (image id, diff_ids, config, validator set, GPU host, pools, content key) and the
 sha256 of every other envelope's payload, in order. The others are what `validate --gpu --attest` would have signed
-onto the digest (gpuforge.publish.signed_run.to_sign). The wrapper is not signed and decides nothing: every fact a
+onto the digest (gpuforge.evidence.signed_run.to_sign). The wrapper is not signed and decides nothing: every fact a
 reader judges is inside a signed payload, and a wrapper that adds, drops or reorders an envelope no longer matches the
-signed table (gpuforge.publish.attach).
+signed table (gpuforge.evidence.attach).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuforge.errors import StateError
-from gpuforge.publish import reuse, statements
+from gpuforge.evidence import reuse, statements
 from gpuforge.registry import attest
 from gpuforge.state import files
 from gpuforge.validate import evidence
@@ -102,7 +102,7 @@ class Contents(BaseModel):
     validator_set: str
     gpu_host: GpuHost
     pools: list[str]  # the fleet pools the run's GPU host is a node of (its Test Results' scopes); [] for none
-    content_key: str  # gpuforge.publish.reuse.content_key of the GPU run
+    content_key: str  # gpuforge.evidence.reuse.content_key of the GPU run
     green: bool
     signed_at: str
     statements: list[Listed] = Field(min_length=1)
@@ -141,7 +141,7 @@ class Bundle:
 
 @dataclass(frozen=True)
 class Collector:
-    """A Delivery (gpuforge.publish.signed_run) into a bundle: each statement signed offline as it comes."""
+    """A Delivery (gpuforge.evidence.signed_run) into a bundle: each statement signed offline as it comes."""
 
     signer: attest.Signer
     envelopes: list[str] = field(default_factory=list)
@@ -161,7 +161,7 @@ def preflight(out: Path, *, ref: str, signer: attest.Signer) -> None:
     attest.envelope(ref, {"probe": "the signing key opens"}, PROBE_TYPE, signer=signer)
 
 
-def write(out: Path, *, ref: str, target_id: str, report: dict, collected: Collector) -> Contents:
+def write(out: Path, *, ref: str, target_id: str, report: Report, collected: Collector) -> Contents:
     """Write the bundle of one run's statements (`collected`, the first gpuforge's validation predicate `report`)
     about `ref`, headed by its signed table of contents, atomically (a reader sees the old file or the whole new one)."""
     body = [seal(json.loads(text), f"{out}: envelope {i + 1}") for i, text in enumerate(collected.envelopes)]
@@ -172,19 +172,18 @@ def write(out: Path, *, ref: str, target_id: str, report: dict, collected: Colle
     return contents
 
 
-def table(*, ref: str, target_id: str, report: dict, body: list[Sealed]) -> Contents:
+def table(*, ref: str, target_id: str, report: Report, body: list[Sealed]) -> Contents:
     """The table of contents of a bundle about `ref` whose validation predicate is `report`."""
-    rep = Report.of(report, "the statement to bundle")
-    ev, key = rep.evidence, reuse.key_of(rep)
+    ev, key = report.evidence, reuse.key_of(report)
     if ev is None or key is None or not ev.image_id:
         msg = f"{target_id}: the run's report names no image layers or config, so no bundle can tie it to the image"
         raise StateError(msg)
     scopes = [s.predicate["configuration"][0]["name"] for s in body if s.type_uri == statements.TEST_RESULT_TYPE]
     return Contents(target=target_id, subject=ref, image_id=ev.image_id, diff_ids=list(ev.diff_ids),
-                    config=str(ev.config), validator_set=str(ev.validator_set), gpu_host=rep.host_of(),
+                    config=str(ev.config), validator_set=str(ev.validator_set), gpu_host=report.host_of(),
                     pools=[s.removeprefix(statements.POOL_PREFIX) for s in scopes if s.startswith(statements.POOL_PREFIX)],
-                    content_key=key, green=not evidence.problems(rep, require_gpu=True),
-                    signed_at=str(rep.run.signed_at if rep.run else ""),
+                    content_key=key, green=not evidence.problems(report, require_gpu=True),
+                    signed_at=str(report.run.signed_at if report.run else ""),
                     statements=[Listed(type=s.type_uri, sha256=s.payload_sha256) for s in body])
 
 

@@ -1,5 +1,5 @@
 """soci.check: what gpuforge accepts as the SOCI index of a pushed image, read back from the registry (here a dict of
-manifests by reference; the real registry, containerd and soci CLI run in tests/integration/publish/test_soci_push.py).
+manifests by reference; the real registry, containerd and soci CLI run in tests/integration/push/test_soci_push.py).
 Each way an index can be wrong is refused with its reason."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
-from gpuforge.publish import soci
+from gpuforge.push import soci
 from gpuforge.registry.client import Manifest
 
 REF = ImageRef("127.0.0.1:5000", "gpuforge/pytorch", "t1")

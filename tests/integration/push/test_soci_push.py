@@ -1,4 +1,4 @@
-"""`push --compression soci` (#29) with the real CLI, engine, registry (the run's htpasswd one), containerd and soci CLI:
+"""`push --compression soci` with the real CLI, engine, registry (the run's htpasswd one), containerd and soci CLI:
 the gzip image is pushed, then a SOCI index of that very digest, found where the snapshotter looks (the OCI referrers
 tag), its zTOC naming the image's big layer; nothing is left behind (no containerd, no socket folder, no index in the
 soci CLI's store). The image is a small one made here (one 12 MB layer: over soci's 10 MiB zTOC floor) under a
@@ -24,7 +24,7 @@ from conftest import ROOT, gpuforge, need
 from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
 from gpuforge.plan.version import BuildId
-from gpuforge.publish import soci
+from gpuforge.push import soci
 from gpuforge.registry.client import Registry, RegistryAuth
 from gpuforge.state.records import Records
 
