@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -16,71 +18,122 @@ from gpuforge import __version__, options, paths
 from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan.matrix import Matrix, load_matrix
 
+if TYPE_CHECKING:
+    from gpuforge.plan.target import Target
+    from gpuforge.registry.attest import Signer, Verifier
+    from gpuforge.registry.client import RegistryAuth
+    from gpuforge.state.records import Records
+
 console = Console(stderr=False, highlight=False)
 
 
-def _matrix(args) -> Matrix:
-    """matrix.yaml, loaded once per command; it completes the options (it is one of their sources)."""
-    m = load_matrix(Path(options.for_args(args).matrix))
-    options.use_matrix(m)
-    return m
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One command's settings, made once by main() after matrix.yaml (one of their sources) is loaded, and handed
+    to the command's function: each stage's typed settings and the objects the stages share. Nothing below the
+    CLI looks a setting up."""
+
+    options: options.Options  # every value with its source (-v); a command's own flags: value(name)
+    matrix: Matrix | None  # None for the commands that read no matrix.yaml
+    records: Records  # the build records in the state_dir setting
+    auth: RegistryAuth
+    registry: options.RegistrySettings
+    signing: options.SigningSettings
+    build: options.BuildSettings
+    push: options.PushSettings
+    validate: options.ValidateSettings
+    promote: options.PromoteSettings
+    cve: options.CveGateSettings
+
+    def value(self, name: str) -> Any:  # a flag of one command: the table's check gave it its type
+        return self.options.value(name)
 
 
-def _targets(args, *, all_by_default: bool = False) -> tuple[Matrix, list]:
-    """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate).
-    Loading the matrix completes the options (matrix.yaml is one of their sources); --registry (GPUFORGE_REGISTRY)
-    moves the targets onto that registry here, once, so every stage reads each target's own reference."""
-    m = _matrix(args)
-    targets = list(m.targets) if all_by_default and not args.selectors else m.select(args.selectors)
-    return m, [t.on(_registry(args)) for t in targets]
-
-
-def _registry(args) -> str | None:
-    o = options.for_args(args)
-    return o.registry if o.resolved.get("registry") else None
-
-
-# --- the values a stage needs, made once from this command's resolved options ----------------------------
-
-def _records(o):
-    """The build records in the state_dir setting (GPUFORGE_STATE_DIR, else .gpuforge)."""
+def _make_run(o: options.Options, matrix: Matrix | None) -> Run:
+    from gpuforge.registry.client import RegistryAuth
     from gpuforge.state.records import Records
 
-    return Records(Path(o.state_dir))
+    reg = o.stage(options.RegistrySettings)
+    return Run(options=o, matrix=matrix, records=Records(Path(str(o.value("state_dir")))),
+               auth=RegistryAuth(user=reg.registry_user, password=reg.registry_password, insecure=reg.registry_insecure),
+               registry=reg, signing=o.stage(options.SigningSettings), build=o.stage(options.BuildSettings),
+               push=o.stage(options.PushSettings), validate=o.stage(options.ValidateSettings),
+               promote=o.stage(options.PromoteSettings), cve=o.stage(options.CveGateSettings))
 
 
-def _auth(o):
-    from gpuforge.registry.client import RegistryAuth
-
-    return RegistryAuth(user=o.registry_user, password=o.registry_password, insecure=o.registry_insecure)
+# Commands that read no matrix.yaml (cve-gate reads it only for --target, smoke only for its gpu_request).
+_NO_MATRIX = ("schema", "clean", "attest")
 
 
-def _signer(o, key: str | None):
+def _load_matrix(cmd: str, o: options.Options) -> Matrix | None:
+    """matrix.yaml, loaded once per command, before its options are final (it is one of their sources)."""
+    if cmd in _NO_MATRIX or (cmd == "cve-gate" and not o.value("target")):
+        return None
+    if cmd == "smoke":
+        return _smoke_matrix(o)
+    return load_matrix(Path(str(o.value("matrix"))))
+
+
+def _smoke_matrix(o: options.Options) -> Matrix | None:
+    """matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)."""
+    matrix = Path(str(o.value("matrix")))
+    if o.source("gpu_request") != "default" or not (matrix.is_file() or not o.value("target_json")):
+        return None
+    try:
+        return load_matrix(matrix)
+    except ConfigError as e:
+        if not o.value("target_json"):
+            raise
+        # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
+        print(f"gpuforge: note: {matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
+        return None
+
+
+def _matrix(run: Run) -> Matrix:
+    if run.matrix is None:  # _load_matrix loads it for every command that calls this
+        msg = f"{run.options.command}: matrix.yaml was not loaded"
+        raise ConfigError(msg)
+    return run.matrix
+
+
+def _targets(args: argparse.Namespace, run: Run, *, all_by_default: bool = False) -> tuple[Matrix, list[Target]]:
+    """The selected targets; with no selectors, the matrix default (or the whole fleet for plan/generate).
+    --registry (GPUFORGE_REGISTRY) moves the targets onto that registry here, once, so every stage reads each
+    target's own reference."""
+    m = _matrix(run)
+    targets = list(m.targets) if all_by_default and not args.selectors else m.select(args.selectors)
+    return m, [t.on(run.registry.registry) for t in targets]
+
+
+# --- the signer and verifier a stage needs, made from this command's signing settings ---------------------
+
+def _signer(run: Run, key: str | None) -> Signer:
     """Signs with `key` (None: keyless) and the registry credentials of this command; the Signer decides the Rekor log
     once from cosign_tlog: keyless always, a key pair only when GPUFORGE_COSIGN_TLOG=1 asks (attest.tlog_used)."""
     from gpuforge.registry import attest
 
-    return attest.Signer(key=key, tlog=o.cosign_tlog, auth=_auth(o))
+    return attest.Signer(key=key, tlog=run.signing.cosign_tlog, auth=run.auth)
 
 
-def _verifier_or_none(o):
+def _verifier_or_none(run: Run) -> Verifier | None:
     """--key / GPUFORGE_COSIGN_PUBLIC_KEY, else the keyless identity + issuer; None when neither is given. Like the
     Signer, it decides the Rekor log once (keyless always; a key only when GPUFORGE_COSIGN_TLOG=1 asks)."""
     from gpuforge.registry import attest
 
-    return attest.Verifier.of(key=o.verify_key, identity=o.cosign_identity, issuer=o.cosign_issuer,
-                              tlog=o.cosign_tlog, auth=_auth(o))
+    s = run.signing
+    return attest.Verifier.of(key=s.verify_key, identity=s.cosign_identity, issuer=s.cosign_issuer,
+                              tlog=s.cosign_tlog, auth=run.auth)
 
 
-def cmd_plan(args) -> int:
-    m, targets = _targets(args, all_by_default=True)
-    if options.for_args(args).json:
+def cmd_plan(args: argparse.Namespace, run: Run) -> int:
+    m, targets = _targets(args, run, all_by_default=True)
+    if run.value("json"):
         from gpuforge.plan import fleet
 
         defaults = {t.id for t in m.select(None)}
         rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
                 for t in targets]
-        print(json.dumps({"include": fleet.gpu_matrix(targets) if options.for_args(args).pools else rows}, sort_keys=True))
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if run.value("pools") else rows}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -109,11 +162,11 @@ def fleet_lines(m: Matrix, targets: list) -> list[str]:
     return out
 
 
-def cmd_generate(args) -> int:
+def cmd_generate(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.render import dockerfile as render
 
-    m, targets = _targets(args, all_by_default=True)
-    if options.for_args(args).check:
+    m, targets = _targets(args, run, all_by_default=True)
+    if run.value("check"):
         render.check(targets, all_targets=not args.selectors,
                      bake=None if args.selectors else render.bake_file(targets, m.select(None)))
         print(f"generated files are up to date ({len(targets)} target(s))")
@@ -129,10 +182,10 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_lock(args) -> int:
+def cmd_lock(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.render import locks
 
-    m = _matrix(args)
+    m = _matrix(run)
     out = locks.locks_to_write()
     for f in locks.compile_image_locks(list(m.targets), out):
         print(f"wrote {f}")
@@ -140,13 +193,13 @@ def cmd_lock(args) -> int:
     return 0
 
 
-def cmd_schema(args) -> int:
+def cmd_schema(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.plan.schema import json_schema
     from gpuforge.state import files
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-    out = Path(options.for_args(args).output)
-    if options.for_args(args).check:
+    out = Path(str(run.value("output")))
+    if run.value("check"):
         if not out.exists() or out.read_text() != text:
             print(f"gpuforge: error: {out} is stale; run `gpuforge schema`", file=sys.stderr)
             return 2
@@ -156,71 +209,71 @@ def cmd_schema(args) -> int:
     return 0
 
 
-def cmd_build(args) -> int:
+def cmd_build(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.builder import aptstate
     from gpuforge.builder import runner as build
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
+    m, targets = _targets(args, run)
+    b, o = run.build, run.options
     opts = build.BuildOptions(
-        jobs=o.jobs, keep_going=o.keep_going, extra_ca=o.extra_ca, builder=o.builder, cache_from=list(o.cache_from),
-        cache_to=o.cache_to, client=o.docker, driver=o.driver, no_cache=o.no_cache, index_url=o.index_url,
-        pypi_url=o.pypi_url, progress=o.progress, provenance=None if o.provenance == "default" else o.provenance,
-        records=_records(o), log_dir=Path(o.log_dir), gzip_level=o.compression_level,
-        apt_state=aptstate.pinned(o.apt_state, o.source("apt_state")) if o.apt_state else None,
+        jobs=b.jobs, keep_going=b.keep_going, extra_ca=b.extra_ca, builder=b.builder, cache_from=list(b.cache_from),
+        cache_to=b.cache_to, client=b.docker, driver=b.driver, no_cache=b.no_cache, index_url=b.index_url,
+        pypi_url=b.pypi_url, progress=b.progress, provenance=None if b.provenance == "default" else b.provenance,
+        records=run.records, log_dir=Path(b.log_dir), gzip_level=b.compression_level,
+        apt_state=aptstate.pinned(b.apt_state, o.source("apt_state")) if b.apt_state else None,
     )
     if o.source("extra_ca") in build.HOST_TRUST_ENV:  # no CA given: trust what the host's pip trusts (a TLS proxy's CA)
-        print(f"gpuforge: no extra CA given; using the host's pip trust {o.extra_ca} (from {o.source('extra_ca')}) "
+        print(f"gpuforge: no extra CA given; using the host's pip trust {b.extra_ca} (from {o.source('extra_ca')}) "
               "as the build secret (--extra-ca to choose another)", flush=True)
-    elif o.extra_ca:
-        print(f"gpuforge: extra CA bundle {o.extra_ca} (from {o.source('extra_ca')}), passed as a build secret", flush=True)
+    elif b.extra_ca:
+        print(f"gpuforge: extra CA bundle {b.extra_ca} (from {o.source('extra_ca')}), passed as a build secret", flush=True)
     build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
     return 0
 
 
-def _gpu_request(args, *, starts_containers: bool = True) -> str:
-    """--gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request (once loaded), nvidia; said where it starts GPUs."""
-    req = options.for_args(args).get("gpu_request")
+def _gpu_request(run: Run, *, starts_containers: bool = True) -> str:
+    """--gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request, nvidia; said where it starts GPUs."""
     if starts_containers:
-        print(f"gpuforge: GPU request {req.value} (from {req.source})", flush=True)
-    return req.value
+        print(f"gpuforge: GPU request {run.validate.gpu_request} (from {run.options.source('gpu_request')})", flush=True)
+    return run.validate.gpu_request
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.validate import pytest_run as validate
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
-    if o.bundle:  # an isolated GPU runner: signed offline into a file, attached later (`gpuforge attach`)
+    m, targets = _targets(args, run)
+    v = run.validate
+    if v.bundle:  # an isolated GPU runner: signed offline into a file, attached later (`gpuforge attach`)
         from gpuforge.evidence import signed_run
 
-        signer = _bundle_signer(o, targets)
-        return signed_run.validate_into_bundle(targets[0], out=Path(o.bundle), reports=Path(o.reports), signer=signer,
-                                               records=_records(o), pytest_args=o.pytest_args,
-                                               gpu_request=_gpu_request(args), progress_mode=o.progress)
-    gpu_request = _gpu_request(args) if o.gpu else None
-    if o.attest:  # sign in this process, from this run's results, onto the pushed digest
+        signer = _bundle_signer(run, targets)
+        return signed_run.validate_into_bundle(targets[0], out=Path(v.bundle), reports=Path(v.reports), signer=signer,
+                                               records=run.records, pytest_args=v.pytest_args,
+                                               gpu_request=_gpu_request(run), progress_mode=v.progress)
+    gpu_request = _gpu_request(run) if v.gpu else None
+    if v.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.evidence import signed_run
 
-        return signed_run.validate_and_attest(targets, reports=Path(o.reports), signer=_signer(o, o.signing_key),
-                                              records=_records(o), pytest_args=o.pytest_args,
-                                              gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress,
-                                              verifier=_verifier_or_none(o), reuse_evidence=not o.no_reuse,
-                                              reuse_from=tuple(o.reuse_from))
-    return validate.validate_targets(targets, reports=Path(o.reports), records=_records(o), pytest_args=o.pytest_args,
-                                     gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+        return signed_run.validate_and_attest(targets, reports=Path(v.reports), signer=_signer(run, run.signing.signing_key),
+                                              records=run.records, pytest_args=v.pytest_args,
+                                              gpu=v.gpu, gpu_request=gpu_request, progress_mode=v.progress,
+                                              verifier=_verifier_or_none(run), reuse_evidence=not v.no_reuse,
+                                              reuse_from=v.reuse_from)
+    return validate.validate_targets(targets, reports=Path(v.reports), records=run.records, pytest_args=v.pytest_args,
+                                     gpu=v.gpu, gpu_request=gpu_request, progress_mode=v.progress)
 
 
-def _bundle_signer(o, targets: list):
+def _bundle_signer(run: Run, targets: list[Target]) -> Signer:
     """`validate --bundle`: one target's GPU run, signed offline with a key pair; each other combination one line."""
-    why = ("--bundle and --attest are two ways to deliver one run's statements: give one" if o.attest else
-           "--bundle carries a GPU run's evidence: give --gpu" if not o.gpu else
+    v, key = run.validate, run.signing.signing_key
+    why = ("--bundle and --attest are two ways to deliver one run's statements: give one" if v.attest else
+           "--bundle carries a GPU run's evidence: give --gpu" if not v.gpu else
            "validate --bundle signs offline with a key pair: give --sign-key cosign.key (or GPUFORGE_COSIGN_KEY); "
-           "keyless signing needs Fulcio and Rekor, so the network" if not o.signing_key else
+           "keyless signing needs Fulcio and Rekor, so the network" if not key else
            f"--bundle holds one run: select one target ({len(targets)} matched)" if len(targets) != 1 else None)
     if why:
         raise ConfigError(why)
-    signer = _signer(o, o.signing_key)
+    signer = _signer(run, key)
     if signer.tlog:
         msg = ("GPUFORGE_COSIGN_TLOG=1: a bundle is signed offline and cannot reach the Rekor transparency log; unset "
                "it for --bundle")
@@ -228,151 +281,139 @@ def _bundle_signer(o, targets: list):
     return signer
 
 
-def cmd_attach(args) -> int:
+def cmd_attach(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.evidence import attach
 
-    o = options.for_args(args)
-    m = _matrix(args)
-    candidates = [t.on(_registry(args)) for t in (m.select(args.selectors) if args.selectors else m.targets)]
-    attach.attach_bundle(Path(args.bundle), candidates, selected=bool(args.selectors), records=_records(o),
-                         verifier=_verifier_or_none(o), auth=_auth(o), pool=o.pool,
-                         max_age_days=o.evidence_ttl.of("prod"))
+    m = _matrix(run)
+    candidates = [t.on(run.registry.registry) for t in (m.select(args.selectors) if args.selectors else m.targets)]
+    attach.attach_bundle(Path(args.bundle), candidates, selected=bool(args.selectors), records=run.records,
+                         verifier=_verifier_or_none(run), auth=run.auth, pool=run.promote.pool,
+                         max_age_days=run.promote.evidence_ttl.of("prod"))
     return 0
 
 
-def cmd_smoke(args) -> int:
+def cmd_smoke(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.validate import pytest_run as validate
 
-    o = options.for_args(args)
+    o, v = run.options, run.validate
+    image = o.value("image")
     host, selectors = args.host, args.selectors
-    if o.image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
+    if image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
         host, selectors = None, [host, *selectors]
-    # matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)
-    m, matrix = None, Path(o.matrix)
-    if o.source("gpu_request") == "default" and (matrix.is_file() or not o.target_json):
-        try:
-            m = load_matrix(matrix)
-        except ConfigError as e:
-            if not o.target_json:
-                raise
-            # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
-            print(f"gpuforge: note: {matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
-    options.use_matrix(m)
-    return validate.smoke(host, reports=Path(o.reports), expect=list(o.expect), target_json=o.target_json,
-                          matrix=matrix, selectors=selectors, pytest_args=o.pytest_args,
-                          image=o.image, gpu_request=_gpu_request(args, starts_containers=bool(o.image)), gpus=o.gpus,
-                          progress_mode=o.progress, level=o.level)
+    return validate.smoke(host, reports=Path(v.reports), expect=list(o.value("expect")), target_json=o.value("target_json"),
+                          matrix=Path(str(o.value("matrix"))), selectors=selectors, pytest_args=v.pytest_args,
+                          image=image, gpu_request=_gpu_request(run, starts_containers=bool(image)), gpus=v.gpus,
+                          progress_mode=v.progress, level=o.value("level"))
 
 
-def cmd_push(args) -> int:
+def cmd_push(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.push import pusher
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
-    pusher.push_targets(targets, records=_records(o), auth=_auth(o), log_dir=Path(o.log_dir),
-                        replace=o.replace, compression=o.compression, progress=o.progress)
+    m, targets = _targets(args, run)
+    p = run.push
+    pusher.push_targets(targets, records=run.records, auth=run.auth, log_dir=Path(p.log_dir),
+                        replace=p.replace, compression=p.compression, progress=p.progress)
     return 0
 
 
-def cmd_pull(args) -> int:
+def cmd_pull(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.push import pull
     from gpuforge.registry.client import RegistryAuth
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
+    m, targets = _targets(args, run)
     # the engine pulls: its own configuration decides plain HTTP, so only the credentials are gpuforge's to give
-    pull.pull_targets(targets, records=_records(o), auth=RegistryAuth(user=o.registry_user, password=o.registry_password))
+    pull.pull_targets(targets, records=run.records,
+                      auth=RegistryAuth(user=run.registry.registry_user, password=run.registry.registry_password))
     return 0
 
 
-def cmd_promote(args) -> int:
+def cmd_promote(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import promote
 
-    o = options.for_args(args)
-    sign_key = _record_signing_key(o)  # first: a promotion that cannot sign its record never touches a tag
-    m, targets = _targets(args)
-    promote.promote_targets(targets, env=o.env, records=_records(o), auth=_auth(o), verifier=_verifier_or_none(o),
-                            signer=_signer(o, sign_key), reports=Path(o.reports),
-                            require_gpu=o.require_gpu, allow_no_gpu=o.allow_no_gpu, replace=o.replace,
-                            require_cve=o.prod_require_cve, max_age_days=o.evidence_ttl.of(o.env))
+    sign_key = run.signing.signing_key  # one that cannot sign its record was refused before the matrix was read
+    m, targets = _targets(args, run)
+    p, env = run.promote, _env(run)
+    promote.promote_targets(targets, env=env, records=run.records, auth=run.auth, verifier=_verifier_or_none(run),
+                            signer=_signer(run, sign_key), reports=Path(run.validate.reports),
+                            require_gpu=p.require_gpu, allow_no_gpu=p.allow_no_gpu, replace=p.replace,
+                            require_cve=p.prod_require_cve, max_age_days=p.evidence_ttl.of(env))
     return 0
 
 
-def cmd_canary(args) -> int:
+def cmd_canary(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.evidence import canary
 
-    o = options.for_args(args)
-    m, targets = _targets(args, all_by_default=True)  # what the environment holds: every target, as status reads it
-    gpu_request = _gpu_request(args) if o.gpu else "nvidia"
-    return canary.run(targets, env=o.env, reports=Path(o.reports), signer=_signer(o, o.signing_key), records=_records(o),
-                      gpu=o.gpu, gpu_request=gpu_request, progress_mode=o.progress)
+    m, targets = _targets(args, run, all_by_default=True)  # what the environment holds: every target, as status reads it
+    v = run.validate
+    gpu_request = _gpu_request(run) if v.gpu else "nvidia"
+    return canary.run(targets, env=_env(run), reports=Path(v.reports), signer=_signer(run, run.signing.signing_key),
+                      records=run.records, gpu=v.gpu, gpu_request=gpu_request, progress_mode=v.progress)
 
 
-def _one_target(args):
-    m, targets = _targets(args)
+def _one_target(args: argparse.Namespace, run: Run) -> Target:
+    m, targets = _targets(args, run)
     if len(targets) != 1:
         msg = f"{args.cmd}: select exactly one target ({len(targets)} matched: {', '.join(t.id for t in targets[:5])})"
         raise ConfigError(msg)
     return targets[0]
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import status
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
-    return status.status(targets, env=o.env, verifier=_verifier_or_none(o),
-                         records=_records(o), as_json=o.json, ttl=o.evidence_ttl)
+    m, targets = _targets(args, run)
+    return status.status(targets, env=run.promote.env, verifier=_verifier_or_none(run),
+                         records=run.records, as_json=run.value("json"), ttl=run.promote.evidence_ttl)
 
 
-def cmd_history(args) -> int:
+def cmd_history(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import status
 
-    o = options.for_args(args)
-    return status.show_history(_one_target(args), env=o.env, verifier=_verifier_or_none(o),
-                               as_json=o.json)
+    return status.show_history(_one_target(args, run), env=_env(run), verifier=_verifier_or_none(run),
+                               as_json=run.value("json"))
 
 
-def cmd_rollback(args) -> int:
+def cmd_rollback(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import rollback
 
-    o = options.for_args(args)
-    sign_key = _record_signing_key(o)
-    rollback.rollback(_one_target(args), env=o.env, to=o.digest, steps=o.steps,
-                      verifier=_verifier_or_none(o), signer=_signer(o, sign_key), allow_no_gpu=o.allow_no_gpu,
-                      reports=Path(o.reports))
+    sign_key = run.signing.signing_key  # one that cannot sign its record was refused before the matrix was read
+    rollback.rollback(_one_target(args, run), env=_env(run), to=run.value("digest"), steps=run.value("steps"),
+                      verifier=_verifier_or_none(run), signer=_signer(run, sign_key), allow_no_gpu=run.promote.allow_no_gpu,
+                      reports=Path(run.validate.reports))
     return 0
 
 
-def cmd_policy(args) -> int:
+def cmd_policy(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import policy
 
-    o = options.for_args(args)
-    t = _one_target(args)
-    verifier = _verifier_or_none(o)  # its Rekor decision is the policy's (ctlog); none: policy.write says what to give
-    text = policy.write(fmt=o.format, env=o.env, pool=o.pool, pools=tuple(p.name for p in t.pools),
-                        max_age_days=o.evidence_ttl.of(o.env), repository=str(t.ref.bare()),
-                        output=Path(o.output) if o.output else None, key=o.verify_key,
-                        identity=o.cosign_identity, issuer=o.cosign_issuer, tlog=bool(verifier and verifier.tlog))
-    if not o.output:
+    t = _one_target(args, run)
+    s, p, env, output = run.signing, run.promote, _env(run), run.value("output")
+    verifier = _verifier_or_none(run)  # its Rekor decision is the policy's (ctlog); none: policy.write says what to give
+    text = policy.write(fmt=run.value("format"), env=env, pool=p.pool, pools=tuple(pool.name for pool in t.pools),
+                        max_age_days=p.evidence_ttl.of(env), repository=str(t.ref.bare()),
+                        output=Path(str(output)) if output else None, key=s.verify_key,
+                        identity=s.cosign_identity, issuer=s.cosign_issuer, tlog=bool(verifier and verifier.tlog))
+    if not output:
         sys.stdout.write(text)
     return 0
 
 
-def _record_signing_key(o) -> str | None:
+# Commands that sign a promotion record: refused in main(), before any matrix, registry or tag work, when they cannot.
+_SIGNS_RECORDS = ("promote", "rollback")
+
+
+def _require_record_signer(signing: options.SigningSettings) -> None:
     """Promotion records are signed with --sign-key (or GPUFORGE_COSIGN_KEY); with neither, keyless — refused
-    here, before any registry or tag work, when no OIDC identity token is at hand."""
+    when no OIDC identity token is at hand."""
     from gpuforge.registry import attest
 
-    key = o.signing_key
-    if key is None and not attest.oidc_token_available():
+    if signing.signing_key is None and not attest.oidc_token_available():
         msg = ("promotion records are signed: give --sign-key KEY (or GPUFORGE_COSIGN_KEY), or run where cosign gets "
                "an OIDC identity token (SIGSTORE_ID_TOKEN, or GitHub Actions with `id-token: write`)")
         raise ConfigError(msg)
-    return key
 
 
-def cmd_attest(args) -> int:
+def cmd_attest(args: argparse.Namespace, run: Run) -> int:
     """Refused, whatever it is given: kept only to say what signs evidence instead (it carries no option rows)."""
     from gpuforge.publish import promote
 
@@ -380,85 +421,94 @@ def cmd_attest(args) -> int:
     return 0
 
 
-def cmd_cve_gate(args) -> int:
+def _env(run: Run) -> str:
+    """The --env of a command that requires it (argparse refused the command without one)."""
+    env = run.promote.env
+    if env is None:
+        msg = f"{run.options.command}: give --env ({', '.join(options.ENVIRONMENTS)})"
+        raise ConfigError(msg)
+    return env
+
+
+def _path(value: object) -> Path | None:
+    return Path(str(value)) if value else None
+
+
+def cmd_cve_gate(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.cve import gate as cve
 
-    o = options.for_args(args)
-    t = load_matrix(Path(o.matrix)).by_id(o.target).on(o.registry) if o.target else None
-    cve.gate([Path(p) for p in args.scans], allowlist=Path(o.cve_allowlist) if o.cve_allowlist else None, target=t,
-             severity=o.cve_severity, max_db_age_hours=o.cve_max_db_age_hours,
-             db_metadata=Path(o.db_metadata) if o.db_metadata else None, sbom=Path(o.sbom) if o.sbom else None,
-             output=Path(o.output) if o.output else None, sign=o.attest,
-             signer=_signer(o, o.signing_key) if o.attest else None, digest=o.digest, records=_records(o),
-             vex_author=o.vex_author)
+    c, attest = run.cve, bool(run.value("attest"))
+    t = _matrix(run).by_id(c.target).on(run.registry.registry) if c.target else None
+    cve.gate([Path(p) for p in args.scans], allowlist=_path(c.cve_allowlist), target=t,
+             severity=c.cve_severity, max_db_age_hours=c.cve_max_db_age_hours,
+             db_metadata=_path(c.db_metadata), sbom=_path(c.sbom), output=_path(run.value("output")), sign=attest,
+             signer=_signer(run, run.signing.signing_key) if attest else None, digest=run.value("digest"),
+             records=run.records, vex_author=c.vex_author)
     return 0
 
 
-def cmd_prod_sboms(args) -> int:
+def cmd_prod_sboms(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.cve import gate as cve
 
-    m, targets = _targets(args, all_by_default=True)
-    o = options.for_args(args)
-    cve.write_prod_sboms(targets, verifier=_verifier(o), out=Path(o.output_dir))
+    m, targets = _targets(args, run, all_by_default=True)
+    cve.write_prod_sboms(targets, verifier=_verifier(run), out=Path(str(run.value("output_dir"))))
     return 0
 
 
-def cmd_outdated(args) -> int:
+def cmd_outdated(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.fleet import outdated
 
-    m, targets = _targets(args, all_by_default=True)
-    o = options.for_args(args)
+    m, targets = _targets(args, run, all_by_default=True)
     lock = outdated.lock_path(m.path)
-    if o.write_base_lock:
-        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock, _auth(o)))} pulled base(s))")
+    if run.value("write_base_lock"):
+        print(f"wrote {lock} ({len(outdated.write_lock(targets, lock, run.auth))} pulled base(s))")
         return 0
-    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock), _auth(o))
-    if o.images:
-        found += outdated.security(targets, _records(o))
-    if o.prod:
-        verifier = _verifier_or_none(o)
+    found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock), run.auth)
+    if run.value("images"):
+        found += outdated.security(targets, run.records)
+    if run.value("prod"):
+        verifier = _verifier_or_none(run)
         if verifier is None:
             msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
             raise ConfigError(msg)
         found += outdated.prod_cve(targets, verifier=verifier)
-    sys.stdout.write(outdated.report(found, as_json=o.json))
+    sys.stdout.write(outdated.report(found, as_json=run.value("json")))
     return 0
 
 
-def _verifier(o):
-    v = _verifier_or_none(o)
+def _verifier(run: Run) -> Verifier:
+    v = _verifier_or_none(run)
     if v is None:
         msg = "no way to verify the signed evidence: --key cosign.pub, GPUFORGE_COSIGN_PUBLIC_KEY, or keyless identity"
         raise ConfigError(msg)
     return v
 
 
-def cmd_support(args) -> int:
+def cmd_support(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.fleet import support
 
-    m, targets = _targets(args, all_by_default=True)
-    o = options.for_args(args)
-    sys.stdout.write(support.support_cli(m, targets, fmt=o.format, verifier=_verifier(o),
-                                         records=_records(o)))
+    m, targets = _targets(args, run, all_by_default=True)
+    sys.stdout.write(support.support_cli(m, targets, fmt=run.value("format"), verifier=_verifier(run),
+                                         records=run.records))
     return 0
 
 
-def cmd_release_notes(args) -> int:
+def cmd_release_notes(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.fleet import support
 
-    m, targets = _targets(args)
-    o = options.for_args(args)
-    sys.stdout.write(support.notes_cli(m, targets, fmt=o.format, verifier=_verifier(o),
-                                       records=_records(o), digest=o.digest, previous=o.previous,
-                                       output=o.output_dir, sign=o.attest,
-                                       signer=_signer(o, o.signing_key) if o.attest else None))
+    m, targets = _targets(args, run)
+    attest = bool(run.value("attest"))
+    sys.stdout.write(support.notes_cli(m, targets, fmt=run.value("format"), verifier=_verifier(run),
+                                       records=run.records, digest=run.value("digest"), previous=run.value("previous"),
+                                       output=run.value("output_dir"), sign=attest,
+                                       signer=_signer(run, run.signing.signing_key) if attest else None))
     return 0
 
 
-def cmd_clean(args) -> int:
-    from gpuforge.engine import containers as run
+def cmd_clean(args: argparse.Namespace, run: Run) -> int:
+    from gpuforge.engine import containers
 
-    print(run.sweep(everything=options.for_args(args).all).line())  # one line, on stdout: what went and what was kept
+    print(containers.sweep(everything=bool(run.value("all"))).line())  # one line, on stdout: what went and what was kept
     return 0
 
 
@@ -579,13 +629,14 @@ def _reap() -> None:
         print(f"gpuforge: removed {n} container(s) left by gpuforge runs that died", file=sys.stderr)
 
 
-def _name_the_run(o) -> None:
+def _name_the_run(o: options.Options) -> None:
     """The checkout (root: GPUFORGE_ROOT) and the run id (GPUFORGE_RUN_ID) this process works under, named once."""
-    paths.use_root(Path(o.root) if o.root else None)
+    root = o.value("root")
+    paths.use_root(Path(str(root)) if root else None)
     if o.resolved.get("run_id"):
         from gpuforge.engine import containers
 
-        containers.use_run_id(o.run_id)
+        containers.use_run_id(str(o.value("run_id")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -594,13 +645,19 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.cmd != "attest":  # attest takes anything, only to refuse it with what to run instead
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        o = options.for_args(args)  # every flag, variable and default, checked before any work
+        o = options.resolve(args)  # every flag, variable and default, checked before any work
         _name_the_run(o)
-        if args.cmd in ("schema", "clean"):  # the others complete the options with matrix.yaml first
-            options.use_matrix(None)
         if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
             _reap()
-        return args.fn(args)
+        if args.cmd in _SIGNS_RECORDS:
+            _require_record_signer(o.stage(options.SigningSettings))
+        matrix = _load_matrix(args.cmd, o)
+        if matrix is not None:
+            o = o.with_matrix(matrix)
+        if o.value("verbose"):
+            for line in o.lines():
+                print(f"gpuforge: option {line}", file=sys.stderr)
+        return args.fn(args, _make_run(o, matrix))
     except FatalError as e:
         print(f"gpuforge: error: {e}", file=sys.stderr)
         return e.return_code
@@ -608,7 +665,6 @@ def main(argv: list[str] | None = None) -> int:
         print("gpuforge: interrupted", file=sys.stderr)
         return 130
     finally:
-        options.activate(None)
         paths.use_root(None)
 
 

@@ -9,11 +9,10 @@ unset. A value from any source goes through the same check, and a bad one is one
 (`--driver`, `GPUFORGE_DRIVER`, `matrix.yaml:12: extra_ca`), exit 2.
 
 Nothing else in gpuforge/ reads `GPUFORGE_*` from the environment (gpuforge/image/ reads the in-image
-variables itself), and nothing here reads it at import time. Only gpuforge/cli.py looks values up
-(`setting(name)`, `for_args`): it resolves a command's options once and passes the values, or small typed
-objects made from them (Records, RegistryAuth, Signer, Verifier), to each stage's entry point
-(tests/unit/core/test_imports.py checks that). Used as a library (tests), `setting(name)` reads the
-environment at the moment of the call.
+variables itself), and nothing here reads it at import time or keeps it in module state. gpuforge/cli.py
+resolves a command's options once, after loading matrix.yaml, and hands each stage its typed settings
+(`Options.stage(BuildSettings)`, ... : frozen objects whose fields are settings of the table) or small objects
+made from them (Records, RegistryAuth, Signer, Verifier).
 """
 
 from __future__ import annotations
@@ -21,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
@@ -515,6 +514,112 @@ def take_progress_fd() -> int | None:
     return int(v) if v.isdigit() else None
 
 
+# --- the typed settings of each stage ------------------------------------------------------------------
+# Each field is the setting of its name, with the table's default (tests/unit/core/test_options.py checks both);
+# the CLI fills them once per command (Options.stage) and hands them down, so no stage looks a setting up.
+
+@dataclass(frozen=True, kw_only=True)
+class RegistrySettings:
+    """How gpuforge speaks to registries: which one replaces matrix.yaml's, as whom, and whether without TLS."""
+
+    registry: str | None = None
+    registry_user: str | None = None
+    registry_password: str | None = field(default=None, repr=False)
+    registry_insecure: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SigningSettings:
+    """Who signs (signing_key; none: keyless) and whom a verification trusts (verify_key, else the keyless
+    identity and issuer); cosign_tlog: whether key-pair statements also go to the Rekor log."""
+
+    signing_key: str | None = None
+    verify_key: str | None = None
+    cosign_identity: str | None = None
+    cosign_issuer: str | None = None
+    cosign_tlog: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    """`gpuforge build`'s settings (the builder's BuildOptions is made from them with the records and the apt pin)."""
+
+    jobs: int = 1
+    keep_going: bool = False
+    extra_ca: str | None = None
+    builder: str | None = None
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+    docker: str | None = None
+    driver: str = "auto"
+    no_cache: bool = False
+    index_url: str | None = None
+    pypi_url: str | None = None
+    apt_state: str | None = None
+    progress: str = "auto"
+    provenance: str = "default"
+    compression_level: int | None = None
+    log_dir: str = "reports/build-logs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushSettings:
+    """`gpuforge push`'s settings."""
+
+    compression: str = "gzip"
+    replace: bool = False
+    log_dir: str = "reports/build-logs"
+    progress: str = "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateSettings:
+    """The settings of a validator run (validate, smoke, canary)."""
+
+    reports: str = "reports"
+    gpu: bool = False
+    gpu_request: str = GPU_REQUESTS[0]
+    gpus: str | None = None
+    pytest_args: str = ""
+    progress: str = "auto"
+    attest: bool = False
+    bundle: str | None = None
+    no_reuse: bool = False
+    reuse_from: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromoteSettings:
+    """What moves a digest between environments, or judges it for one (promote, rollback, policy, status, attach)."""
+
+    env: str | None = None
+    evidence_ttl: Ttl = Ttl()
+    pool: str | None = None
+    require_gpu: bool = False
+    allow_no_gpu: bool = False
+    replace: bool = False
+    prod_require_cve: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CveGateSettings:
+    """`gpuforge cve-gate`'s judgement: what is counted and which scans and exceptions it reads."""
+
+    target: str | None = None
+    db_metadata: str | None = None
+    sbom: str | None = None
+    cve_allowlist: str | None = None
+    cve_severity: str = "HIGH"
+    cve_max_db_age_hours: float = 72.0
+    vex_author: str = "gpuforge cve-gate"
+
+
+STAGES = (RegistrySettings, SigningSettings, BuildSettings, PushSettings, ValidateSettings, PromoteSettings,
+          CveGateSettings)
+_Stage = TypeVar("_Stage", RegistrySettings, SigningSettings, BuildSettings, PushSettings, ValidateSettings,
+                 PromoteSettings, CveGateSettings)
+
+
 # --- resolution --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -568,7 +673,8 @@ def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = Non
 
 @dataclass(frozen=True)
 class Options:
-    """Every setting of one command, resolved; `opts.driver` is the value, `opts.source("driver")` its origin."""
+    """Every setting of one command, resolved; `opts.value("driver")` is the value, `opts.source("driver")` its
+    origin, `opts.stage(BuildSettings)` the typed settings of one stage."""
 
     command: str | None
     resolved: Mapping[str, Resolved]
@@ -576,11 +682,14 @@ class Options:
     args_id: int | None = None  # the argparse Namespace these came from
     _flags: Mapping[str, object] = field(default_factory=dict, repr=False)
 
-    def __getattr__(self, name: str):
-        try:
-            return self.resolved[name].value
-        except KeyError:
-            raise AttributeError(name) from None
+    def value(self, name: str) -> object:
+        """The value of a setting this command takes (KeyError for one it does not: a typo is not a None)."""
+        return self.resolved[name].value
+
+    def stage(self, cls: type[_Stage]) -> _Stage:
+        """`cls` (one of STAGES) filled from this command: each field is the setting of its name; one this command
+        does not take keeps the table's default."""
+        return cls(**{f.name: self.resolved[f.name].value for f in fields(cls) if f.name in self.resolved})
 
     def source(self, name: str) -> str:
         return self.resolved[name].source
@@ -665,48 +774,6 @@ def _help(s: Setting) -> str:
         tail.append(f"default {s.default}")
     tail += [f"{cmd}: default {d}" for cmd, d in s.default_for]
     return f"{s.help} ({'; '.join(tail)})" if tail else s.help
-
-
-# --- the options of this command, for the modules that need one value ----------------------------------
-
-_active: Options | None = None
-
-
-def activate(opts: Options | None) -> None:
-    """The CLI's resolved options for this command (None again when it ends)."""
-    global _active
-    _active = opts
-
-
-def current() -> Options | None:
-    return _active
-
-
-def for_args(args: argparse.Namespace) -> Options:
-    """The options of this parsed command line: those main() resolved, else resolved now (a caller that
-    runs a command function itself, as tests do)."""
-    if _active is None or _active.args_id != id(args):
-        activate(resolve(args))
-    return _active
-
-
-def use_matrix(matrix) -> Options:
-    """Fill in the matrix.yaml layer once the command has loaded it; print the options under -v."""
-    opts = _active or resolve()
-    if matrix is not None and not opts.matrix_read:
-        opts = opts.with_matrix(matrix)
-    activate(opts)
-    if opts.resolved.get("verbose") and opts.verbose:
-        for line in opts.lines():
-            print(f"gpuforge: option {line}", file=sys.stderr)
-    return opts
-
-
-def setting(name: str):
-    """One setting's value: from the command's resolved options, else (library use) the environment now."""
-    if _active is not None and name in _active.resolved:
-        return _active.resolved[name].value
-    return resolve_one(SETTINGS[name]).value
 
 
 def gpu_request(cli: str | None, matrix=None) -> Resolved:

@@ -99,6 +99,11 @@ def gpuforge(*args: str, env: dict | None = None, cwd: Path = ROOT, timeout: int
 
 
 def pytest_configure(config):
+    # the validators' selection markers: unit tests import validator modules, which carry them
+    from gpuforge.validate import selection
+
+    for line in selection.MARKER_HELP.values():
+        config.addinivalue_line("markers", line)
     # Builds, records and reports of this test run live in one temporary state dir, shared with the
     # CLI subprocesses the tests start.
     if "GPUFORGE_STATE_DIR" not in os.environ:
@@ -138,14 +143,12 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_options():
-    """A test that runs a command function itself leaves that command's resolved options active
-    (main() clears them); the next test reads its own environment."""
+def _fresh_root():
+    """A test that named a checkout (as the CLI does for GPUFORGE_ROOT) leaves none named for the next test."""
     yield
-    from gpuforge import options, paths
+    from gpuforge import paths
 
-    options.activate(None)
-    paths.use_root(None)  # a test that named a checkout (as the CLI does for GPUFORGE_ROOT) leaves none named
+    paths.use_root(None)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from gpuforge.image import compat
-from gpuforge.validate import evidence
+from gpuforge.validate import evidence, selection
 
 H200_RUN = Path(__file__).parents[1] / "docs" / "measurements" / "smoke-cdi-h200.json"
 
@@ -46,25 +46,45 @@ fleet:
 """
 
 
-def newer_gpu_checks_passed(checks: list[dict], h200_ids: set[str]) -> list[dict]:
-    """GPU-only checks added after the H200 run (e.g. the metrics mode's) are not in it: in a fixture they are set
-    to passed and say so in their message (FIXTURE), so the rest of the real run can stand for a GPU run."""
-    out = []
-    for c in checks:
-        if c["id"] not in h200_ids and c.get("outcome") == "skipped" and "GPU checks not requested" in c.get("message", ""):
-            c = {**c, "outcome": "passed", "message": "FIXTURE: a GPU check newer than the H200 run, marked passed"}
-        out.append(c)
-    return out
+# BASE's one target validated with --gpu: what the GPU checks are chosen for
+KIND = selection.Kind("runtime", "wheels", gpu=True)
+
+
+def _typed(c: dict) -> dict:
+    """The H200 run was recorded before a skip carried its typed reason: its one-GPU skips of the collectives are
+    given theirs (selection.EnvSkip.ONE_GPU), as the validators now raise them."""
+    if c.get("outcome") == "skipped" and (c.get("message") or "").startswith("Skipped: world size 1:"):
+        return {**c, "skip": selection.EnvSkip.ONE_GPU.value}
+    return c
+
+
+def gpu_checks(base_checks: list[dict], required: tuple[str, ...] | None = None) -> list[dict]:
+    """`base_checks` with the real H200 run's GPU checks in their place and beside them, kept to what applies to a GPU
+    run of KIND (and to `required` when given). A required GPU check newer than the H200 run is not in it: it is set
+    to passed and says so in its message (FIXTURE), so the rest of the real run can stand for a GPU run."""
+    real = {c["id"]: _typed(c) for c in json.loads(H200_RUN.read_text())["checks"]}
+    marked = evidence.collected()
+    out = {c["id"]: real.get(c["id"], c) for c in base_checks}
+    out.update({i: c for i, c in real.items() if i not in out})
+    for i in required or ():
+        if i not in out:
+            module, name = i.split("::", 1)
+            out[i] = {"id": i, "module": module.removesuffix(".py"), "name": name, "outcome": "passed", "seconds": 0,
+                      "message": "FIXTURE: a GPU check newer than the H200 run, marked passed"}
+    return [c for i, c in out.items() if (i not in marked or selection.not_applicable(marked[i], KIND) is None)
+            and (required is None or i in required)]
 
 
 def gpu_report(base: dict, *, model: str = "H200", driver: str = "580.159.04", count: int = 1,
                started: float | None = None, required: tuple[str, ...] | None = None) -> dict:
     """A green GPU report for `base`'s image from a host with `count` GPUs of `model` on `driver`."""
     real = json.loads(H200_RUN.read_text())
-    gpu_checks = {c["id"]: c for c in real["checks"]}
     rep = copy.deepcopy(base)
-    rep["checks"] = newer_gpu_checks_passed([gpu_checks.get(c["id"], c) for c in base["checks"]], set(gpu_checks))
+    rep["checks"] = gpu_checks(base["checks"], required)
     rep["gpu"] = True
+    sel = rep.setdefault("selection", {})
+    ran = {c["id"] for c in rep["checks"]}
+    sel.update(kind=KIND.as_dict(), not_applicable=[n for n in sel.get("not_applicable", []) if n["id"] not in ran])
     drv = copy.deepcopy(real["facts"]["driver"])
     gpu = drv["gpus"][0]
     if model != "H200" or driver != drv["driver"] or count != len(drv["gpus"]):
@@ -86,6 +106,7 @@ def gpu_report(base: dict, *, model: str = "H200", driver: str = "580.159.04", c
 def base_from_h200_run() -> dict:
     """A stand-in for the non-GPU report when no image was validated (unit tests): the H200 run itself."""
     real = json.loads(H200_RUN.read_text())
+    real["checks"] = gpu_checks([])  # those that apply to KIND, the one-GPU skips typed
     real["facts"]["image_id"] = "sha256:" + "d" * 64
     real["exit_status"] = 0
     return real

@@ -25,6 +25,7 @@ import pytest
 
 from gpuforge.grammar import GPU_REQUESTS
 from gpuforge.image.expected import FIELDS, Expected, ExpectedError
+from gpuforge.validate import selection
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent  # the checkout: images/programs and gpuforge/image for local:// and ssh:// hosts
@@ -48,6 +49,8 @@ def pytest_addoption(parser):
     g.addoption("--gpuforge-level", choices=("r1", "r2"), default=None,
                 help="test_readiness.py's level: r1 the node's health and limits, r2 (default) those and each GPU's speed")
     g.addoption("--gpuforge-setuid-allow", default="", help="comma-separated setuid/setgid files that are expected")
+    g.addoption("--gpuforge-list-checks", help="write every validator's node id and selection markers to this JSON file "
+                "(what gpuforge computes a kind's required checks from); deselects nothing")
 
 
 def pytest_configure(config):
@@ -58,6 +61,8 @@ def pytest_configure(config):
     # This pytest child is an entry point: it names its checkout (the one these validators live in) and takes the
     # run id gpuforge gave it (GPUFORGE_RUN_ID), once, for the modules below that label containers or read files.
     paths.use_root(Path(__file__).resolve().parent.parent)
+    for line in selection.MARKER_HELP.values():
+        config.addinivalue_line("markers", line)
     containers.use_run_id(options.resolve_one(options.SETTINGS["run_id"]).value)
     config.pluginmanager.register(GpuforgePlugin(config), "gpuforge-validators")
 
@@ -120,6 +125,9 @@ class GpuforgePlugin:
         self._facts: dict = {}
         self.checks: list[dict] = []
         self.deselected: list[str] = []
+        # which validators apply: decided from the target (flavor, source) and the run's GPUs, before anything runs
+        self.kind = selection.Kind.of(self.expected, bool(config.getoption("gpuforge_gpu")))
+        self.not_applicable: dict[str, str] = {}  # node id -> why it does not apply to this kind
         self.started = time.time()
 
     def _host(self, spec: str):
@@ -216,6 +224,30 @@ class GpuforgePlugin:
 
     # --- the JSON report -------------------------------------------------------------------------
 
+    # --- which validators apply ----------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        """Deselect what does not apply to the target's kind (its markers against the kind, gpuforge.validate.selection):
+        not a skip and not a narrowing of the run; the report lists them as not applicable. A listing run
+        (--gpuforge-list-checks) writes every item's markers instead and deselects nothing."""
+        marked = {i.nodeid: selection.marks_of(i.iter_markers()) for i in items}
+        listing = config.getoption("gpuforge_list_checks")
+        if listing:
+            Path(listing).write_text(json.dumps(marked, indent=1, sort_keys=True) + "\n")
+            return
+        keep, drop = [], []
+        for i in items:
+            why = selection.not_applicable(marked[i.nodeid], self.kind)
+            if why is None:
+                keep.append(i)
+            else:
+                self.not_applicable[i.nodeid] = why
+                drop.append(i)
+        if drop:
+            items[:] = keep
+            config.hook.pytest_deselected(items=drop)
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         outcome = yield
@@ -227,11 +259,15 @@ class GpuforgePlugin:
                 msg = str(crash.message if crash else rep.longrepr)[-2000:]
             elif rep.outcome == "skipped":
                 msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-            self.checks.append({"id": item.nodeid, "module": item.module.__name__, "name": item.name,
-                                "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg})
+            check = {"id": item.nodeid, "module": item.module.__name__, "name": item.name,
+                     "outcome": rep.outcome, "seconds": round(rep.duration, 3), "message": msg}
+            typed = getattr(call.excinfo.value, "env_skip", None) if call.excinfo and rep.outcome == "skipped" else None
+            if isinstance(typed, selection.EnvSkip):  # vutil.EnvSkipped: the reason the evidence reads, not the words
+                check["skip"] = typed.value
+            self.checks.append(check)
 
     def pytest_deselected(self, items):
-        self.deselected.extend(i.nodeid for i in items)
+        self.deselected.extend(i.nodeid for i in items if i.nodeid not in self.not_applicable)
 
     def pytest_sessionfinish(self, session, exitstatus):
         path = self.config.getoption("gpuforge_report")
@@ -248,10 +284,13 @@ class GpuforgePlugin:
             "seconds": round(time.time() - self.started, 2),
             "facts": self._facts,
             "checks": self.checks,
-            # a narrowed run (-k, -m, --deselect) is marked; gpuforge.validate.evidence also checks every required id ran
+            # a narrowed run (-k, -m, --deselect) is marked; gpuforge.validate.evidence also checks every required id ran.
+            # What does not apply to the image's kind is listed apart: it narrows nothing.
             "selection": {"keyword": o.keyword or "", "markexpr": o.markexpr or "",
                           "deselected": sorted(self.deselected),
-                          "narrowed": bool(o.keyword or o.markexpr or self.deselected)},
+                          "narrowed": bool(o.keyword or o.markexpr or self.deselected),
+                          "kind": self.kind.as_dict(),
+                          "not_applicable": [{"id": i, "why": w} for i, w in sorted(self.not_applicable.items())]},
         }
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")

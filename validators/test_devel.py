@@ -40,22 +40,19 @@ DEVEL_FILES = {
 _RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")  # what ptxas and nvcc --version print
 
 
-@pytest.fixture(scope="module")
-def devel(target):
-    if target.flavor != "devel":
-        pytest.skip(f"a {target.flavor} image promises no CUDA toolkit (test_runtime_has_no_cuda_compiler checks that)")
-    if not target.get("toolkit"):
-        pytest.skip("a cuda-base devel image: nvidia/cuda's own toolkit (test_cuda_base_devel_nvcc_is_the_target_cuda)")
-    return target
+# Each check is chosen by the image's kind (markers, gpuforge.validate.selection): a devel image from wheels assembles
+# its own CUDA_HOME, one on nvidia/cuda's devel base carries NVIDIA's toolkit, and a runtime image promises neither.
 
 
 @pytest.fixture(scope="module")
-def cuda_home(host, devel) -> str:
+def cuda_home(host) -> str:
     home = sh(host, "printenv CUDA_HOME", check=False).stdout.strip()
     assert home, "CUDA_HOME is not set: torch.utils.cpp_extension and CMake cannot find the toolkit"
     return home
 
 
+@pytest.mark.flavor("devel")
+@pytest.mark.source("wheels")
 def test_cuda_home_holds_the_toolkit(host, cuda_home, facts):
     missing = [f"{p} ({why})" for p, why in DEVEL_FILES.items() if not host.file(f"{cuda_home}/{p}").exists]
     dangling = sh(host, "find -L %s -type l", cuda_home, check=False).stdout.split()
@@ -64,8 +61,10 @@ def test_cuda_home_holds_the_toolkit(host, cuda_home, facts):
     assert not dangling, f"CUDA_HOME has dangling links: {dangling[:10]}"
 
 
-def test_toolkit_wheels_at_their_pins(host, devel, cuda_home, facts):
-    pins = dict(p.split("==") for p in devel.toolkit)
+@pytest.mark.flavor("devel")
+@pytest.mark.source("wheels")
+def test_toolkit_wheels_at_their_pins(host, target, cuda_home, facts):
+    pins = dict(p.split("==") for p in target.toolkit)
     got = py(host, "import importlib.metadata as m, json, sys\n"
                    "out = {}\n"
                    "for n in sys.argv[1:]:\n"
@@ -81,13 +80,15 @@ def test_toolkit_wheels_at_their_pins(host, devel, cuda_home, facts):
     assert m, f"ptxas --version printed no release: {out[-300:]}"
     facts.setdefault("devel", {})["ptxas"] = m.group(2)
     nvcc = next((v for n, v in pins.items() if n.startswith("nvidia-cuda-nvcc")), None)
-    assert m.group(1) == devel.cuda, f"ptxas is CUDA {m.group(1)}, the target's CUDA is {devel.cuda}"
+    assert m.group(1) == target.cuda, f"ptxas is CUDA {m.group(1)}, the target's CUDA is {target.cuda}"
     assert nvcc is None or m.group(2) == nvcc, f"ptxas is V{m.group(2)}, its wheel is pinned at {nvcc}"
 
 
-def test_cuda_extension_builds_and_compiles_its_kernel(host, devel, cuda_home, programs, facts):
+@pytest.mark.flavor("devel")
+@pytest.mark.source("wheels")
+def test_cuda_extension_builds_and_compiles_its_kernel(host, target, cuda_home, programs, facts):
     """load_inline with the image's g++ and CUDA_HOME; NVRTC compiles the kernel for the target's newest SASS arch."""
-    arch = max((a for a in devel.arch_list if a.startswith("sm_")), key=lambda a: int(re.sub(r"\D", "", a)))
+    arch = max((a for a in target.arch_list if a.startswith("sm_")), key=lambda a: int(re.sub(r"\D", "", a)))
     r = sh(host, "python3 %s --compile-only --arch %s", f"{programs}/cuda_extension.py", arch, timeout=600, check=False)
     try:
         rep = json.loads(r.stdout.strip().splitlines()[-1])
@@ -95,14 +96,16 @@ def test_cuda_extension_builds_and_compiles_its_kernel(host, devel, cuda_home, p
         pytest.fail(f"cuda_extension.py printed no report (exit {r.rc}): {(r.stderr or r.stdout)[-3000:]}")
     facts.setdefault("devel", {})["extension"] = rep
     assert rep.get("ok"), f"the extension failed at {rep.get('stage')}: {rep.get('error')}"
-    major, minor = devel.cuda.split(".")
+    major, minor = target.cuda.split(".")
     assert rep["cudart"] // 1000 == int(major) and rep["cudart"] % 1000 // 10 == int(minor), (
-        f"the extension was compiled against CUDA runtime headers {rep['cudart']}, the target's CUDA is {devel.cuda}")
-    assert rep["nvrtc"] == devel.cuda, f"NVRTC is {rep['nvrtc']}, the target's CUDA is {devel.cuda}"
+        f"the extension was compiled against CUDA runtime headers {rep['cudart']}, the target's CUDA is {target.cuda}")
+    assert rep["nvrtc"] == target.cuda, f"NVRTC is {rep['nvrtc']}, the target's CUDA is {target.cuda}"
     assert rep["cubin_bytes"] > 0, "NVRTC returned an empty cubin"
 
 
-def test_aoti_cpp_loader_builds_and_links(host, devel, programs, facts):
+@pytest.mark.flavor("devel")
+@pytest.mark.source("wheels")
+def test_aoti_cpp_loader_builds_and_links(host, programs, facts):
     """The C++ AOTInductor loader (images/programs/gpu_smoke.py's) compiled and linked against the wheel's libtorch;
     every library it needs resolves but the driver's, which the GPU node mounts."""
     rep = py(host, "import json, sys, tempfile, subprocess\n"
@@ -119,10 +122,10 @@ def test_aoti_cpp_loader_builds_and_links(host, devel, programs, facts):
     assert not [m for m in missing if m != "libcuda.so.1"], f"the C++ loader does not resolve: {missing}"
 
 
+@pytest.mark.flavor("devel")
+@pytest.mark.source("cuda-base")
 def test_cuda_base_devel_nvcc_is_the_target_cuda(host, target, facts):
     """A devel image on nvidia/cuda's devel base carries NVIDIA's whole toolkit: its nvcc is the target's CUDA."""
-    if target.flavor != "devel" or target.get("toolkit"):
-        pytest.skip("only a devel image on an nvidia/cuda devel base carries nvcc")
     r = sh(host, "PATH=\"$PATH:/usr/local/cuda/bin\" nvcc --version", check=False)
     m = _RELEASE.search(r.stdout)
     assert m, f"no nvcc in a cuda-base devel image (exit {r.rc}): {(r.stderr or r.stdout)[-300:]}"
@@ -130,10 +133,9 @@ def test_cuda_base_devel_nvcc_is_the_target_cuda(host, target, facts):
     assert m.group(1) == target.cuda, f"nvcc is CUDA {m.group(1)}, the target's CUDA is {target.cuda}"
 
 
-def test_runtime_has_no_cuda_compiler(host, target):
+@pytest.mark.flavor("runtime")
+def test_runtime_has_no_cuda_compiler(host):
     """A runtime image ships no CUDA compiler or toolkit wheel: that is the devel image's promise and its size."""
-    if target.flavor != "runtime":
-        pytest.skip("a devel image carries the toolkit (the checks above)")
     # one name per `command -v`: dash's looks at its first operand only
     found = sh(host, "for c in nvcc ptxas; do command -v \"$c\"; done; ls \"${CUDA_HOME:-/nonexistent}/bin\" 2>/dev/null; "
                      "python3 -m pip list --format=freeze 2>/dev/null | grep -iE '^nvidia-cuda-(nvcc|cccl)' || true",

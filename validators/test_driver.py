@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuforge.image import hostinfo, preflight
-from vutil import py
+from gpuforge.validate.selection import EnvSkip
+from vutil import EnvSkipped, py
 
 PROBE = """
 import dataclasses, json, sys
@@ -18,12 +19,14 @@ print(json.dumps(dataclasses.asdict(h)))
 
 @pytest.fixture(scope="module")
 def driver(host, gpuforge_lib, facts, gpu, timeout):
+    """The host's driver and GPUs as the image's own probe sees them. Chosen for every run: without GPUs a container
+    sees no driver (a typed skip), unless the image fakes one (the broken-image tests' nvidia-smi)."""
     d = py(host, PROBE, gpuforge_lib, timeout=timeout)
     facts["driver"] = d
     if d["driver"] is None:
         if gpu:
             pytest.fail(f"GPU checks requested but no NVIDIA driver is visible: {d['detail']}")
-        pytest.skip(f"no NVIDIA driver visible ({d['detail']})")
+        raise EnvSkipped(EnvSkip.NO_DRIVER, d["detail"])
     return d
 
 

@@ -14,7 +14,10 @@ import pytest
 
 from gpuforge.image import compat, hostinfo
 from gpuforge.image import smoke_verdicts as verdict
-from vutil import sh
+from gpuforge.validate.selection import EnvSkip
+from vutil import EnvSkipped, sh
+
+pytestmark = pytest.mark.gpu  # chosen for GPU runs only (gpuforge.validate.selection)
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +26,7 @@ def thresholds() -> dict:
 
 
 @pytest.fixture(scope="module")
-def smoke(host, programs, gpu, facts, thresholds, target):
-    if not gpu:
-        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
+def smoke(host, programs, facts, thresholds, target):
     devel = " --devel" if target.get("flavor") == "devel" else ""  # devel images promise the C++ AOTI path too
     r = sh(host, "python3 %s --multi-gpu" + devel + " --thresholds %s", f"{programs}/gpu_smoke.py", json.dumps(thresholds),
            timeout=1800, check=False)
@@ -73,11 +74,9 @@ def _runner_count() -> int | None:
 
 
 @pytest.fixture(scope="module")
-def device(request, host, programs, gpu, timeout):
+def device(request, host, programs, timeout):
     """What CUDA sees: the full smoke's own device check when this run has smoke checks (a GPU process's start is
     seconds of the smoke's wall: one, not two), else a quick probe of the count alone."""
-    if not gpu:
-        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
     if any("smoke" in item.fixturenames for item in request.session.items):
         return request.getfixturevalue("smoke")["device"]
     r = sh(host, "python3 %s --only device", f"{programs}/gpu_smoke.py", timeout=max(timeout, 300), check=False)
@@ -169,10 +168,9 @@ def test_aotinductor_package_round_trip(smoke, thresholds, target):
     assert not problems, "; ".join(problems)
 
 
-def test_devel_cuda_extension_runs(smoke, thresholds, target):
+@pytest.mark.flavor("devel")
+def test_devel_cuda_extension_runs(smoke, thresholds):
     """devel: a load_inline extension whose NVRTC-compiled kernel runs on torch's stream and matches fp64 eager."""
-    if target.get("flavor") != "devel":
-        pytest.skip("a runtime image promises no extension builds (devel images do)")
     problems = verdict.cuda_extension(_ok(smoke, "cuda_extension"), thresholds)
     assert not problems, "; ".join(problems)
 
@@ -215,6 +213,8 @@ def test_warm_compile_3x_faster_than_cold(smoke, thresholds):
 def _multi(smoke) -> dict:
     m = _ok(smoke, "multi_gpu")
     if m.get("skipped"):
+        if m.get("world_size") == 1:  # the one environmental skip here; any other is not evidence
+            raise EnvSkipped(EnvSkip.ONE_GPU, m["skipped"])
         pytest.skip(m["skipped"])
     return m
 

@@ -85,11 +85,10 @@ def test_metrics_beside_jupyter(image, pytestconfig):
         f"jupyter with metrics beside: docker's health status {h.status!r}, last probe {h.last()!r}")
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("names", ["classic", "4.9"])
 def test_gpu_metrics_named_as_dcgm_exporter(image, pytestconfig, gpu, names, facts):
     """On a GPU runner: every field with dcgm-exporter's exact name, type and labels; values sane."""
-    if not gpu:
-        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
     with _metrics(image, pytestconfig, gpu, command=("metrics", "--names", names)) as c:
         text = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60).text
     fams = families(text)
@@ -123,11 +122,10 @@ def host_memory_mib() -> list[dict[str, int]]:
         nv.nvmlShutdown()
 
 
+@pytest.mark.gpu
 def test_gpu_metrics_memory_as_nvml_reports_it(image, pytestconfig, gpu, facts):
     """FB_USED is NVML's used memory without the driver's reserved memory (dcgm-exporter's meaning), FB_RESERVED
     that reserved memory, and used + reserved + free is the GPU's total — against the runner's own NVML."""
-    if not gpu:
-        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
     with _metrics(image, pytestconfig, gpu) as c:
         text = wait_http(f"http://127.0.0.1:{c.port(9400)}/metrics", running=c, timeout=60).text
         host = host_memory_mib()  # read while the exporter's container is up: the same GPUs, the same moment

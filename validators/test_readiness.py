@@ -23,6 +23,8 @@ import pytest
 from gpuforge.image import readiness
 from vutil import sh
 
+pytestmark = pytest.mark.gpu  # chosen for GPU runs only (gpuforge.validate.selection)
+
 
 def _level(config) -> str:
     return config.getoption("gpuforge_level") or "r2"
@@ -34,9 +36,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="module")
-def ready(request, host, host_spec, programs, gpu, facts, target) -> dict[str, readiness.Finding]:
-    if not gpu:
-        pytest.skip("GPU checks not requested (pass --gpu / --gpuforge-gpu on a GPU runner)")
+def ready(request, host, host_spec, programs, facts, target) -> dict[str, readiness.Finding]:
     level = _level(request.config)
     asked = request.config.getoption("gpuforge_gpus")
     count = int(asked) if asked and asked.isdigit() else None

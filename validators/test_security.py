@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from vutil import sh
+from gpuforge.validate.selection import EnvSkip
+from vutil import EnvSkipped, sh
 
 # Every hardening setting, as `sshd -T` reports the effective value (the image's sshd_config.d/gpuforge.conf).
 SSHD_WANT = {
@@ -108,7 +107,7 @@ def _distinct_certs(ca_path: str, root_host, timeout) -> list[str]:
 def test_build_ca_nowhere_in_filesystem(root_host, image, pytestconfig, timeout, facts):
     ca = pytestconfig.getoption("gpuforge_ca")
     if not ca:
-        pytest.skip("no --gpuforge-ca given: the build used no extra CA bundle")
+        raise EnvSkipped(EnvSkip.NO_BUILD_CA, "no --gpuforge-ca given")
     needles = _distinct_certs(ca, root_host, timeout)
     facts["ca_certs_searched"] = len(needles)
     if not needles:

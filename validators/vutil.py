@@ -13,6 +13,22 @@ from datetime import datetime
 
 import pytest
 
+from gpuforge.validate.selection import EnvSkip
+
+
+class EnvSkipped(pytest.skip.Exception):
+    """A chosen check's skip for a reason of where it runs (one of EnvSkip): the plugin records the typed reason in
+    the report, and the evidence allows only those. Any other skip of a chosen check makes the report not evidence.
+
+    >>> raise EnvSkipped(EnvSkip.ONE_GPU, "world size 1")  # doctest: +SKIP
+    """
+
+    __module__ = "builtins"  # as pytest's own Skipped: the report's message reads "EnvSkipped: ...", not a module path
+
+    def __init__(self, reason: EnvSkip, detail: str):
+        super().__init__(f"{reason.describe} ({detail})")
+        self.env_skip = reason
+
 
 def sh(host, command: str, *args: str, timeout: int = 120, check: bool = True):
     """Run `command % quoted(args)` with a hard timeout inside the host; a hang fails the check, never the run.

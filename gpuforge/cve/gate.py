@@ -392,13 +392,9 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
          records=None, vex_author: str = openvex.DEFAULT_AUTHOR) -> dict:
     """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it and its OpenVEX document,
     sign both with `signer` (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed
-    digest. Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is evidence too."""
-    if severity not in SEVERITIES:
-        msg = f"--severity / GPUFORGE_CVE_SEVERITY: {severity!r} is not one of {', '.join(SEVERITIES)}"
-        raise ConfigError(msg)
-    if not 0 < max_db_age_hours < float("inf"):
-        msg = f"--max-db-age-hours: {max_db_age_hours} is not a positive number of hours"
-        raise ConfigError(msg)
+    digest. `severity` and `max_db_age_hours` are the cve_severity and cve_max_db_age_hours settings, which the CLI
+    checked (gpuforge.options). Raises CveGateRed (exit 9) when red — after writing and signing, so a red verdict is
+    evidence too."""
     allow = load_allowlist(allowlist) if allowlist else Allowlist()
     read = [read_scan(p, db_metadata=db_metadata if i == 0 else None) for i, p in enumerate(scans)]
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):

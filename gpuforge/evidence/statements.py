@@ -2,7 +2,7 @@
 
 - An in-toto **Test Result** (https://in-toto.io/attestation/test-result/v0.1) per validating run and GPU pool,
   signed in the run onto the image digest: `result` PASSED | WARNED | FAILED, `passedTests` / `warnedTests` /
-  `failedTests` (a required check skipped for a reason not on the reviewed list, or that never ran, is a failed
+  `failedTests` (a required check skipped without a typed environmental reason, or that never ran, is a failed
   test), and `configuration`: first the scope (`gpuforge.dev/pool/P`: a GPU run on a node of fleet pool P; a run on
   a node of two pools signs two statements), then the validator set, the run (when it was signed: what a time to
   live reads), the matrix row, and a GPU run's host facts. An admission policy for pool P admits an image by a
@@ -66,9 +66,10 @@ def host_matches(pool, host: GpuHost) -> str | None:
 
 
 def _outcomes(rep: Report) -> tuple[list[str], list[str], list[str]]:
-    """(passed, warned, failed) check ids: a required check that did not run, or skipped for a reason not on the
-    reviewed list, is failed; any other skip is warned; a report that is not evidence for another reason (narrowed,
-    pytest's own exit) names that reason as a failed entry, so FAILED never comes with an empty failedTests."""
+    """(passed, warned, failed) check ids: a required check that did not run, or skipped without a typed
+    environmental reason (gpuforge.validate.selection.EnvSkip), is failed; any other skip is warned; a report that
+    is not evidence for another reason (narrowed, pytest's own exit) names that reason as a failed entry, so FAILED
+    never comes with an empty failedTests."""
     ev = rep.evidence
     required = set(ev.required if ev else [])
     gpu_run = rep.gpu_run()

@@ -1,10 +1,12 @@
-"""What a validation report must hold to count as evidence: the required checks, the reviewed skip
-reasons, the validator set's hash, and the one verdict function that validate, attest and promote use.
+"""What a validation report must hold to count as evidence: the required checks of the image's kind, the typed
+reasons a chosen check may skip for, the validator set's hash, and the one verdict function that validate, attest and
+promote use.
 
-The required set is derived host-side by collecting the validators for the mode (image, +GPU) with no
-user arguments, so `-k`, `--deselect` or `--ignore` can shrink a run but never the set it is judged
-against. A report is green only when every required check passed, or skipped for a reason listed in
-ALLOWED_SKIPS; under --gpu the "no GPU" reasons never count.
+Which validators apply to an image is decided before the run (gpuforge.validate.selection): the required set is the
+validators, collected host-side with no user arguments, whose markers apply to the target's kind (flavor, source, GPU
+or not). `-k`, `--deselect` or `--ignore` can shrink a run but never the set it is judged against. A report is green
+only when every required check passed, or skipped with a typed environmental reason (selection.EnvSkip) that its kind
+of run can meet; a skip for any other reason, whatever its wording, is not evidence.
 """
 
 from __future__ import annotations
@@ -13,64 +15,56 @@ import functools
 import hashlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from gpuforge import __version__, paths
 from gpuforge.errors import ValidationFailed
 from gpuforge.image import compat
+from gpuforge.validate import selection
 from gpuforge.validate.plugins import PLUGIN_ARGS, PLUGIN_ENV
 from gpuforge.validate.report_model import Check, Report
 
-# (module, check-name regex, skip-reason regex, also in a GPU run): the reviewed reasons a check may skip
-# for. The "no GPU" reasons never count in a GPU run.
-ALLOWED_SKIPS: tuple[tuple[str, str, str, bool], ...] = (
-    ("test_driver", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
-    ("test_gpu_smoke", r".*", r"^(no NVIDIA driver visible|GPU checks not requested)", False),
-    ("test_readiness", r".*", r"^GPU checks not requested", False),
-    ("test_metrics", r"^test_gpu_metrics_", r"^GPU checks not requested", False),
-    ("test_security", r"^test_build_ca_nowhere_in_filesystem$", r"^no --gpuforge-ca given", True),
-    # one-GPU runners: no collective to check. Honest because test_sees_exactly_the_gpus_asked_for fails
-    # when the container sees fewer GPUs than the runner was given.
-    ("test_gpu_smoke", r"^test_multi_gpu_", r"^world size 1: one GPU visible", True),
-    # devel or runtime: each flavor's promise is checked on its images only; the flavor comes from the host-side
-    # target.json, never from the image
-    ("test_devel", r"^test_(cuda_home|toolkit_wheels|cuda_extension|aoti_cpp)_", r"^a runtime image promises no CUDA toolkit",
-     True),
-    ("test_devel", r"^test_(cuda_home|toolkit_wheels|cuda_extension|aoti_cpp)_", r"^a cuda-base devel image: nvidia/cuda's own",
-     True),
-    ("test_devel", r"^test_cuda_base_devel_nvcc_", r"^only a devel image on an nvidia/cuda devel base carries nvcc", True),
-    ("test_devel", r"^test_runtime_has_no_cuda_compiler$", r"^a devel image carries the toolkit", True),
-    ("test_gpu_smoke", r"^test_devel_cuda_extension_runs$", r"^a runtime image promises no extension builds", True),
-)
-
 
 def validator_set_hash() -> str:
-    """sha256 over every validator file and the skip list: a report made by other checks is not evidence."""
+    """sha256 over every validator file and the selection rules with the skip reasons (gpuforge.validate.selection):
+    a report made by other checks, or chosen by other rules, is not evidence."""
     h = hashlib.sha256()
     vdir = paths.validators()
     for f in sorted(p for p in vdir.rglob("*.py") if "__pycache__" not in p.parts):
         h.update(str(f.relative_to(vdir)).encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update(json.dumps(ALLOWED_SKIPS).encode())
+    h.update(Path(selection.__file__).read_bytes())
     return "sha256:" + h.hexdigest()
 
 
 @functools.cache
-def required_checks(gpu: bool) -> tuple[str, ...]:
-    """The node ids of every validator an image run must report, collected with no user arguments."""
+def collected() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Every validator's node id and its selection markers, collected with no user arguments."""
     vdir = paths.validators()
-    argv = [sys.executable, "-m", "pytest", str(vdir), "--collect-only", "-q", *PLUGIN_ARGS,
-            "--rootdir", str(vdir), "--gpuforge-image", "collect-only"]
-    if gpu:
-        argv.append("--gpuforge-gpu")
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **PLUGIN_ENV, "PYTHONDONTWRITEBYTECODE": "1"})
-    ids = tuple(sorted(line for line in r.stdout.splitlines() if "::" in line and not line.startswith(" ")))
-    if r.returncode != 0 or not ids:
+    with tempfile.TemporaryDirectory(prefix="gpuforge-collect-") as tmp:
+        out = Path(tmp) / "checks.json"
+        argv = [sys.executable, "-m", "pytest", str(vdir), "--collect-only", "-q", *PLUGIN_ARGS,
+                "--rootdir", str(vdir), "--gpuforge-image", "collect-only", "--gpuforge-list-checks", str(out)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **PLUGIN_ENV, "PYTHONDONTWRITEBYTECODE": "1"})
+        try:
+            marked = json.loads(out.read_text())
+        except (OSError, ValueError):
+            marked = {}
+    if r.returncode != 0 or not marked:
         msg = f"cannot collect the validators under {vdir} (pytest exit {r.returncode}): {(r.stderr or r.stdout)[-500:]}"
+        raise ValidationFailed(msg)
+    return {i: {k: tuple(v) for k, v in m.items()} for i, m in marked.items()}
+
+
+def required_checks(kind: selection.Kind) -> tuple[str, ...]:
+    """The node ids of every validator that applies to an image of this kind: what its run must report."""
+    ids = selection.applying(collected(), kind)
+    if not ids:
+        msg = f"no validator applies to a {kind.label()} image (validators under {paths.validators()})"
         raise ValidationFailed(msg)
     return ids
 
@@ -102,12 +96,15 @@ def run_inputs(target_json: Path, extra_ca: str | None) -> list[bytes]:
     return [target_json.read_bytes(), ca]
 
 
-def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: dict | None = None) -> dict:
-    """The evidence block validate adds to a report (host-side facts, not the plugin's)."""
+def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: dict | None = None,
+          kind: selection.Kind | None = None) -> dict:
+    """The evidence block validate adds to a report (host-side facts, not the plugin's); `kind`: what `required`
+    was chosen for."""
     rep = data(rep)
     ran = {c["id"] for c in rep.get("checks", [])}
     return {
         "required": list(required),
+        **({"kind": kind.as_dict()} if kind else {}),
         "missing": sorted(set(required) - ran),
         "partial": bool(set(required) - ran) or bool(rep.get("selection", {}).get("narrowed")),
         "gpu_required": gpu,
@@ -143,13 +140,13 @@ def data(rep: dict | Report) -> dict:
 
 def skip_reason(check: dict | Check) -> str:
     message = check.message if isinstance(check, Check) else check.get("message")
-    return (message or "").strip().removeprefix("Skipped: ")
+    return (message or "").strip().removeprefix("Skipped: ").removeprefix("EnvSkipped: ")
 
 
 def skip_allowed(check: dict, gpu_run: bool) -> bool:
-    """A skipped check whose reason is on the reviewed list (ALLOWED_SKIPS) for this kind of run."""
-    return any(check["module"] == m and re.search(n, check["name"]) and re.search(r, skip_reason(check))
-               and (gpu_ok or not gpu_run) for m, n, r, gpu_ok in ALLOWED_SKIPS)
+    """A skipped check with a typed environmental reason (selection.EnvSkip) this kind of run can meet; its words
+    never count."""
+    return selection.env_skip_allowed(check.get("skip"), gpu_run)
 
 
 def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
@@ -177,8 +174,12 @@ def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
     for i in required:
         c = by_id.get(i)
         if c and c["outcome"] == "skipped" and not skip_allowed(c, gpu_run):
-            why = "not an allowed skip in a GPU run" if gpu_run else "reason not on the reviewed list"
+            why = f"{c['skip']} is not an allowed skip in this run" if c.get("skip") else \
+                "a chosen check may skip only for a typed environmental reason"
             out.append(f"required check {c['name']} skipped ({skip_reason(c)[:120]}; {why})")
+    ran_for = (rep.get("selection") or {}).get("kind")
+    if ev.get("kind") and ran_for and ran_for != ev["kind"]:
+        out.append(f"the validators were chosen for {ran_for}, the required set is for {ev['kind']}")
     if required and not any(by_id.get(i, {}).get("outcome") == "passed" for i in required):
         out.append("no required check passed")
     if require_gpu and not gpu_run:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import docker.errors
 
-from gpuforge import options, paths, provenance
+from gpuforge import paths, provenance
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.engine import progress as engine_progress
@@ -35,7 +35,7 @@ from gpuforge.plan.matrix import Matrix, load_matrix
 from gpuforge.plan.target import Target
 from gpuforge.state import files
 from gpuforge.state.records import Records
-from gpuforge.validate import evidence, preflight, progress, report
+from gpuforge.validate import evidence, preflight, progress, report, selection
 from gpuforge.validate import sbom as cyclonedx
 from gpuforge.validate.plugins import PLUGIN_ARGS, PLUGIN_ENV
 from gpuforge.validate.report_model import Report
@@ -116,11 +116,11 @@ def rendered_target_json(t: Target) -> Path:
 
 
 def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
-    """Validator options for the GPU request mode and the GPUs asked for (checked by gpuforge.options)."""
-    gpu_request = options.gpu_request(gpu_request).value  # checked by the one rule (a library caller too)
+    """Validator options for the GPU request mode and the GPUs asked for, as the CLI's settings checked them
+    (gpu_request, gpus in gpuforge.options)."""
     out = ["--gpuforge-gpu-request", gpu_request]
     if gpus is not None:
-        out += ["--gpuforge-gpus", options.resolve_one(options.SETTINGS["gpus"], cli=gpus).value]
+        out += ["--gpuforge-gpus", gpus]
     return out
 
 
@@ -139,10 +139,12 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
     _preflight(targets, builds, gpu=gpu, gpu_request=gpu_request)
     failed: list[str] = []
     unfit: list[str] = []  # failed only where an unfit node fails: exit 10 when every failed target is one
-    required = evidence.required_checks(gpu)  # from the validators alone, before any user argument applies
     revision = provenance.git_revision()  # the checkout that ran the validators
     for t in targets:
         image_id, extra_ca = builds[t.id]
+        # the validators that apply to this target's kind, collected before any user argument applies
+        chosen_for = selection.Kind.of(t.expected(), gpu)
+        required = evidence.required_checks(chosen_for)
         try:
             image = c.images.get(image_id)
         except docker.errors.ImageNotFound:
@@ -172,7 +174,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                 failed.append(t.id)
                 print(f"gpuforge: {t.id}: pytest exited {rc} without a report", file=sys.stderr)
                 continue
-            rep = report.finish(raw, required=required, gpu=gpu, revision=revision, content=content)
+            rep = report.finish(raw, required=required, gpu=gpu, revision=revision, content=content, kind=chosen_for)
             md = report.markdown(rep)
             outputs, inventory = _report_set(t, image_id, rep, md, rpath, tj, own)
             kind = "gpu_report" if gpu else "report"
@@ -228,7 +230,6 @@ def _preflight(targets: list[Target], builds: dict[str, tuple[str, str | None]],
     for t in targets:
         preflight.require_gpuforge_image(t.id, builds[t.id][0])
     if gpu:
-        gpu_args(gpu_request)
         preflight.require_engine_gpu(builds[targets[0].id][0], gpu_request)
 
 
@@ -252,7 +253,7 @@ def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: P
 
 def _passed(t: Target, rc: int, rep: dict) -> bool:
     """Whether the run counts as passed; a partial run passes (for debugging, never promotable: said), a run whose
-    checks all passed yet is not evidence (e.g. a skip off the reviewed list) fails, saying why."""
+    checks all passed yet is not evidence (e.g. a chosen check's skip without a typed reason) fails, saying why."""
     if rc == 0 and rep["evidence"]["partial"]:
         print(f"gpuforge: {t.id}: partial run ({len(rep['evidence']['missing'])} required check(s) not run): "
               "fine for debugging, never promotable", file=sys.stderr)

@@ -21,7 +21,7 @@ from pathlib import Path
 from gpuforge import __version__, paths
 from gpuforge.errors import FatalError, StateError
 from gpuforge.state import files
-from gpuforge.validate import evidence
+from gpuforge.validate import evidence, selection
 from gpuforge.validate.report_model import Report
 
 # The headlines report.md opens with (one of these, after "**Verdict:** ").
@@ -49,12 +49,12 @@ def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
 
 
 def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown",
-           content: dict | None = None) -> dict:
-    """The report with the host-side facts added: the evidence block (when `required` is given; else a host
-    check, never evidence), the verdict, and who made it when (gpuforge version, git revision, machine)."""
+           content: dict | None = None, kind: selection.Kind | None = None) -> dict:
+    """The report with the host-side facts added: the evidence block (when `required` is given, chosen for `kind`;
+    else a host check, never evidence), the verdict, and who made it when (gpuforge version, git revision, machine)."""
     rep = dict(rep)
     if required is not None:
-        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu, content=content)
+        rep["evidence"] = evidence.stamp(rep, required=required, gpu=gpu, content=content, kind=kind)
         rep["problems"] = evidence.problems(rep)
         rep["green"] = not rep["problems"]
     else:
@@ -180,7 +180,7 @@ def markdown(rep: dict) -> str:
     probs = rep.get("problems") if ev else None
     if probs:
         lines += ["**Why it is not evidence:**", *[f"- {p}" for p in probs], ""]
-    lines += _proven(checks) + _failed(checks) + _skipped(checks) + _not_checked(rep)
+    lines += _proven(checks) + _failed(checks) + _skipped(checks) + _not_applicable(rep) + _not_checked(rep)
     lines += ["", "<details><summary>Every check</summary>", "", "| check | result | seconds | note |", "|---|---|---|---|"]
     for c in checks:
         note = (c.get("message") or "").replace("\n", " ").replace("|", "\\|")[:160]
@@ -250,6 +250,24 @@ def _skipped(checks: list[dict]) -> list[str]:
                        and (evidence.skip_reason(c) or "no reason given") == why})
         lines.append(f"- {n} x {why} ({', '.join(mods)})")
     return lines if skipped else [*lines, "- nothing skipped"]
+
+
+def _not_applicable(rep: dict) -> list[str]:
+    """The validators this image's kind does not call for (never run, never skipped): one line per reason, with
+    their modules."""
+    sel = rep.get("selection") or {}
+    na = sel.get("not_applicable") or []
+    if not na:
+        return []
+    kind = sel.get("kind") or {}
+    label = selection.Kind(kind.get("flavor"), kind.get("source"), bool(kind.get("gpu"))).label() if kind else "?"
+    groups: dict[str, list[str]] = collections.defaultdict(list)
+    for n in na:
+        groups[n["why"]].append(n["id"].split("::", 1)[0].removesuffix(".py"))
+    lines = ["", f"#### Not applicable to this image ({label})", ""]
+    for why, mods in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+        lines.append(f"- {len(mods)} x {why} ({', '.join(sorted(set(mods)))})")
+    return lines
 
 
 def _not_checked(rep: dict) -> list[str]:

@@ -32,16 +32,37 @@ class Check(BaseModel):
     outcome: str
     seconds: Number = 0
     message: str | None = None
+    skip: str | None = None  # a skip's typed reason (gpuforge.validate.selection.EnvSkip), the one the evidence reads
+
+
+class Kind(BaseModel):
+    """The image's kind the validators were chosen for (gpuforge.validate.selection.Kind)."""
+
+    model_config = _SHAPE
+    flavor: str | None = None
+    source: str | None = None
+    gpu: bool = False
+
+
+class NotApplicable(BaseModel):
+    """A validator the image's kind does not call for, and why (deselected at collection, never run)."""
+
+    model_config = _SHAPE
+    id: str
+    why: str
 
 
 class Selection(BaseModel):
-    """How the run was narrowed (-k, -m, --deselect): a narrowed run never promotes."""
+    """How the run was narrowed (-k, -m, --deselect): a narrowed run never promotes. Apart from that, the kind the
+    validators were chosen for and those that do not apply to it."""
 
     model_config = _SHAPE
     keyword: str = ""
     markexpr: str = ""
     deselected: list[str] = []
     narrowed: bool = False
+    kind: Kind | None = None
+    not_applicable: list[NotApplicable] = []
 
 
 class GpuHost(BaseModel):
@@ -61,6 +82,7 @@ class Evidence(BaseModel):
 
     model_config = _SHAPE
     required: list[str] = []
+    kind: Kind | None = None  # what `required` was chosen for
     missing: list[str] = []
     partial: bool = False
     gpu_required: bool = False

@@ -37,7 +37,7 @@ import pytest
 import state_here
 import steps
 from devel_canary import DEVEL
-from fleet_reports import gpu_report
+from fleet_reports import KIND, gpu_report
 from registries import PASSWORD, USER, LocalRegistry
 from second_engine import SecondEngine, StartError, matrix_copy, run_steps, trixie_engine
 from state_here import records
@@ -203,7 +203,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         assert signed["evidence"]["diff_ids"] and signed["evidence"]["config"]
         # FIXTURE (no GPU here): a GPU run of these very bytes, signed through the one signing path: this run's checks
         # with the GPU checks of the real H200 run (docs/measurements/smoke-cdi-h200.json), labelled inside
-        rep = gpu_report(signed, required=evidence.required_checks(True))
+        rep = gpu_report(signed, required=evidence.required_checks(KIND))
         rep["facts"]["fixture"] = "FIXTURE (test_engine_matrix.py): the H200 run's GPU checks on this image's report"
         rep["evidence"].update({k: signed["evidence"][k] for k in ("diff_ids", "config", "inputs")})
         rep.pop("run")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import state_here
-from fleet_reports import gpu_report
+from fleet_reports import KIND, gpu_report
 from registries import PASSWORD, USER, run_registry
 
 from conftest import ROOT, need
@@ -98,7 +98,7 @@ def _attest_pool(fleet, validated, pool: str) -> None:
     model, driver, count = POOLS[pool]
     base = json.loads((validated["reports"] / fleet["t"].id / "report.json").read_text())
     rep = gpu_report(base, model=model, driver=driver, count=count, started=time.time(),
-                     required=evidence.required_checks(True))
+                     required=evidence.required_checks(KIND))
     assert rep["green"], rep["problems"]
     signed_run.sign_report(fleet["ref"], Report.of(rep), signer=state_here.signer(fleet["key"]), target=fleet["t"])  # labelled a fixture inside (gpu_report)
 

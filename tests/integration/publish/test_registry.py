@@ -36,7 +36,7 @@ import docker.errors
 import pytest
 import state_here
 from devel_canary import DEVEL, REPO, fixture_rep, on_registry, set_env, sign
-from fleet_reports import newer_gpu_checks_passed
+from fleet_reports import KIND, gpu_checks
 from registries import (
     DOC_REF,
     PASSWORD,
@@ -141,13 +141,12 @@ def gpu_fixture(base: dict, image_id: str | None = None) -> dict:
     run (docs/measurements/smoke-cdi-h200.json) in place of the ones skipped here for want of a GPU."""
     h200 = json.loads(H200.read_text())
     rep = _fixture_rep(base, "GPU checks from docs/measurements/smoke-cdi-h200.json", image_id)
-    gpu_checks = {c["id"]: c for c in h200["checks"]}
-    ids = {c["id"] for c in rep["checks"]}
-    rep["checks"] = newer_gpu_checks_passed([gpu_checks.get(c["id"], c) for c in rep["checks"]], set(gpu_checks)) + \
-        [c for i, c in gpu_checks.items() if i not in ids]
+    required = evidence.required_checks(KIND)
+    rep["checks"] = gpu_checks(rep["checks"], required)
     rep["gpu"] = True
+    rep["selection"] = {**rep.get("selection", {}), "kind": KIND.as_dict(), "not_applicable": []}
     rep["facts"]["gpus"], rep["facts"]["driver"] = h200["facts"]["gpus"], h200["facts"]["driver"]
-    rep["evidence"] = evidence.stamp(rep, required=evidence.required_checks(True), gpu=True)
+    rep["evidence"] = evidence.stamp(rep, required=required, gpu=True)
     rep["problems"] = evidence.problems(rep, require_gpu=True)
     rep["green"] = not rep["problems"]
     assert rep["green"], rep["problems"]
@@ -431,7 +430,7 @@ def test_a_real_red_run_signed_by_validate_attest_blocks(pushed, creds, cosign_k
 
 
 def test_skipped_required_check_is_refused(pushed, creds, cosign_keys):
-    """A required check that skipped for a reason off the reviewed list (as a broken fixture or a stray
+    """A required check that skipped without a typed environmental reason (as a broken fixture or a stray
     pytest.skip would make it) is not evidence, even with every other check green."""
     t, res = pushed
     tr, _ = _repo_copy(pushed, "gpuforge/skip", evidence_too=False)
@@ -439,8 +438,8 @@ def test_skipped_required_check_is_refused(pushed, creds, cosign_keys):
     next(c for c in rep["checks"] if c["name"] == "test_root_login_refused").update(
         outcome="skipped", message="sshd did not start in time")
     _sign(tr, res["digest"], rep, cosign_keys)
-    _refused(tr, "required check test_root_login_refused skipped \\(sshd did not start in time; reason not on the "
-                 "reviewed list\\)", cosign_keys, env="dev")
+    _refused(tr, "required check test_root_login_refused skipped \\(sshd did not start in time; a chosen check may "
+                 "skip only for a typed environmental reason\\)", cosign_keys, env="dev")
 
 
 def test_statement_for_another_image_is_refused(pushed, creds, cosign_keys):

@@ -49,7 +49,7 @@ def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path
     finally:
         records.update(t.id, **before)
     assert r.returncode == 5, r.stderr[-2000:]
-    assert "not evidence: required check" in r.stderr and "reason not on the reviewed list" in r.stderr
+    assert "not evidence: required check" in r.stderr and "a chosen check may skip only for a typed" in r.stderr
     rep = report.load(tmp_path / t.id / "report.json")
     assert not rep["evidence"]["partial"] and not rep["green"]
     assert "RED" in (tmp_path / t.id / "report.md").read_text()
@@ -225,19 +225,23 @@ def test_full_suite_is_green_with_reports(validated):
     assert rep["facts"]["versions"]["torch"] == t.expected().torch
     names = {c["module"] for c in rep["checks"]}
     assert {"test_metadata", "test_versions", "test_security", "test_ssh", "test_jupyter", "test_inductor_cpu",
-            "test_driver", "test_inventory", "test_journeys", "test_metrics"} <= names
+            "test_inventory", "test_journeys", "test_metrics", "test_devel"} <= names
+    # chosen by the image's kind (a runtime image, no GPU): the devel promises and the GPU checks are never run nor
+    # skipped, but listed as not applicable; a chosen check skips only for a typed environmental reason
+    assert not names & (GPU_MODULES - {"test_driver"})  # the driver checks run: a container without GPUs sees no driver
+    devel = {c["name"] for c in rep["checks"] if c["module"] == "test_devel"}
+    assert devel == {"test_runtime_has_no_cuda_compiler"}, devel
+    na = {n["id"]: n["why"] for n in rep["selection"]["not_applicable"]}
+    assert "test_devel.py::test_cuda_home_holds_the_toolkit" in na and "test_gpu_smoke.py::test_cuda_available" in na
+    assert {m.split("::")[0].removesuffix(".py") for m in na} >= (GPU_MODULES - {"test_driver"}) | {"test_devel"}
+    assert not rep["selection"]["narrowed"]
     skipped = [c for c in rep["checks"] if c["outcome"] == "skipped"]
-    # without a GPU only the driver and GPU checks may skip, and they say why; and the devel image's promises (#30)
-    flavor = [c for c in skipped if c["module"] == "test_devel"]
-    assert {c["name"] for c in flavor} == {"test_cuda_home_holds_the_toolkit", "test_toolkit_wheels_at_their_pins",
-                                           "test_cuda_extension_builds_and_compiles_its_kernel", "test_aoti_cpp_loader_builds_and_links",
-                                           "test_cuda_base_devel_nvcc_is_the_target_cuda"}, flavor
-    skipped = [c for c in skipped if c not in flavor]
-    assert all(c["module"] in GPU_MODULES or c["name"].startswith("test_gpu_metrics_") for c in skipped), skipped
-    assert {c["module"] for c in skipped} >= GPU_MODULES, "every GPU module reports its checks, skipped, without a GPU"
-    assert all("no NVIDIA driver visible" in c["message"] or "GPU checks not requested" in c["message"] for c in skipped)
+    assert all(c.get("skip") for c in skipped), skipped
+    md = (d / "report.md").read_text()
+    assert "#### Not applicable to this image (runtime/wheels, no GPU)" in md and "devel images only" in md
     ev = rep["evidence"]
     assert not ev["partial"] and ev["missing"] == [] and set(ev["required"]) == {c["id"] for c in rep["checks"]}
+    assert ev["kind"] == {"flavor": "runtime", "source": "wheels", "gpu": False}
     assert ev["validator_set"].startswith("sha256:") and ev["gpuforge_version"] and ev["image_id"] == rep["facts"]["image_id"]
     assert rep["facts"]["ssh_audit_fail"] == 0
     assert (d / "report.xml").read_text().count("<testcase") == len(rep["checks"])

@@ -179,7 +179,7 @@ def test_a_state_pinned_by_hand_is_checked(monkeypatch):
     from gpuforge.errors import ConfigError
 
     monkeypatch.setenv("GPUFORGE_APT_STATE", "date:2026-12-07")
-    assert options.resolve(command="build").apt_state == "date:2026-12-07"
+    assert options.resolve(command="build").stage(options.BuildSettings).apt_state == "date:2026-12-07"
     monkeypatch.setenv("GPUFORGE_APT_STATE", "x; rm -rf /")
     with pytest.raises(ConfigError, match="GPUFORGE_APT_STATE: 'x; rm -rf /' is not an apt state"):
         options.resolve(command="build")

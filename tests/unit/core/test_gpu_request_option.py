@@ -132,8 +132,8 @@ def test_validate_and_smoke_start_containers_with_the_resolved_mode(write_matrix
     seen = {}
     monkeypatch.setattr(validate, "smoke", lambda *a, **k: seen.update(k) or 0)
     monkeypatch.setattr(validate, "validate_targets", lambda *a, **k: seen.update(k) or 0)
-    args = cli.parser().parse_args(["--matrix", str(path), *argv])
-    assert args.fn(args) == 0  # not main(): validate would first reap containers in the real engine
+    monkeypatch.setattr(cli, "_reap", lambda: None)  # main() reaps dead runs' containers before validate
+    assert cli.main(["--matrix", str(path), *argv]) == 0
     assert seen["gpu_request"] == value
     said = f"gpuforge: GPU request {value} (from {source.format(path=path, line=LINE)})\n"
     assert said in capsys.readouterr().out
@@ -142,9 +142,8 @@ def test_validate_and_smoke_start_containers_with_the_resolved_mode(write_matrix
 def test_smoke_with_only_a_target_json_needs_no_matrix(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(validate, "smoke", lambda *a, **k: seen.update(k) or 0)
-    args = cli.parser().parse_args(["--matrix", str(tmp_path / "absent.yaml"), "smoke", "local://",
-                                    "--target-json", str(tmp_path / "target.json")])
-    assert args.fn(args) == 0
+    assert cli.main(["--matrix", str(tmp_path / "absent.yaml"), "smoke", "local://",
+                     "--target-json", str(tmp_path / "target.json")]) == 0
     assert seen["gpu_request"] == "nvidia"
 
 
@@ -155,12 +154,11 @@ def test_smoke_with_a_target_json_is_not_stopped_by_a_broken_matrix_beside_it(tm
     monkeypatch.setattr(validate, "smoke", lambda *a, **k: seen.update(k) or 0)
     bad = tmp_path / "matrix.yaml"
     bad.write_text("registry: [\n")
-    args = cli.parser().parse_args(["--matrix", str(bad), "smoke", "local://", "--target-json", str(tmp_path / "t.json")])
-    assert args.fn(args) == 0 and seen["gpu_request"] == "nvidia"
+    assert cli.main(["--matrix", str(bad), "smoke", "local://", "--target-json", str(tmp_path / "t.json")]) == 0
+    assert seen["gpu_request"] == "nvidia"
     assert f"{bad} not read for gpu_request" in capsys.readouterr().err
-    args = cli.parser().parse_args(["--matrix", str(bad), "smoke", "local://"])  # no target.json: the matrix is needed
-    with pytest.raises(ConfigError):
-        args.fn(args)
+    assert cli.main(["--matrix", str(bad), "smoke", "local://"]) == ConfigError.return_code  # no target.json: needed
+    assert capsys.readouterr().err.startswith("gpuforge: error: ")
 
 def test_one_home_for_the_modes():
     assert run.GPU_REQUESTS is GPU_REQUESTS

@@ -263,13 +263,13 @@ def test_the_architecture_page_shows_the_import_rules():
                                    "import test_imports; print(test_imports.rules_table())'`")
 
 
-# Resolve once, pass down: the CLI resolves the options of its command once and hands each stage the values (or the
-# small typed objects: Records, RegistryAuth, Signer, Verifier, log_dir) it needs. The global lookup of the options
-# (setting(), current(), for_args(), activate(), use_matrix()) is the CLI's alone, in the package and in what runs
-# beside it (the validator plugin, the in-image programs, the tools).
+# Resolve once, pass down: the CLI resolves the options of its command once and hands each stage its typed settings
+# (gpuforge.options.STAGES) or the small objects made from them (Records, RegistryAuth, Signer, Verifier). There is no
+# global lookup of the options: nothing in the package, in what runs beside it (the validator plugin, the in-image
+# programs, the tools) or in the tests calls one of these names on gpuforge.options.
 LOOKUPS = {"setting", "current", "for_args", "activate", "use_matrix"}
-LOOKUP_OWNERS = {PKG / "options.py", PKG / "cli.py"}
-LOOKUP_ROOTS = ("gpuforge", "validators", "images/programs", "tools")
+LOOKUP_OWNERS: set[Path] = set()
+LOOKUP_ROOTS = ("gpuforge", "validators", "images/programs", "tools", "tests")
 
 
 def _lookups(tree: ast.Module) -> list[tuple[int, str]]:

@@ -4,6 +4,8 @@ is one line naming its source, exit 2, before any work."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from state_here import records
 
@@ -63,7 +65,7 @@ def _extra_ca(tmp_path, write_matrix, monkeypatch, *, flag=False, env=False, mat
     from gpuforge.plan.matrix import load_matrix
 
     o = options.resolve(args).with_matrix(load_matrix(m))
-    return o.extra_ca, o.source("extra_ca"), files, m
+    return o.value("extra_ca"), o.source("extra_ca"), files, m
 
 
 @pytest.mark.parametrize(("given", "winner", "source"), [
@@ -133,9 +135,9 @@ def test_a_bad_flag_goes_through_the_same_check(write_matrix, capsys, no_build, 
 def test_a_switch_takes_only_yes_or_no(monkeypatch, value):
     monkeypatch.setenv("GPUFORGE_COSIGN_TLOG", value)
     with pytest.raises(ConfigError, match=rf"^GPUFORGE_COSIGN_TLOG: '{value}' is not a switch"):
-        options.setting("cosign_tlog")
+        options.resolve_one(options.SETTINGS["cosign_tlog"])
     monkeypatch.setenv("GPUFORGE_COSIGN_TLOG", "1")
-    assert options.setting("cosign_tlog") is True
+    assert options.resolve(command="promote").stage(options.SigningSettings).cosign_tlog is True
 
 
 def test_verbose_prints_each_option_with_its_source(write_matrix, monkeypatch, capsys):
@@ -174,17 +176,46 @@ def test_library_use_reads_the_environment_at_the_call(monkeypatch, tmp_path):
 
 
 def test_a_command_reads_its_options_once(write_matrix, monkeypatch):
-    """Under main(), a variable changed during the command does not change the command's options."""
+    """Under main(), the options are resolved once and handed down: a variable changed during the command changes
+    neither the targets nor the settings the stage was given."""
     monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5001")
+    monkeypatch.setenv("GPUFORGE_REGISTRY_USER", "ci")
     got = []
 
-    def push(targets, **_):  # the registry was applied to the targets when they were loaded
+    def push(targets, *, auth, **_):  # the registry was applied to the targets when they were loaded
         monkeypatch.setenv("GPUFORGE_REGISTRY", "127.0.0.1:5002")
-        got.append((targets[0].registry, options.setting("registry")))
+        monkeypatch.setenv("GPUFORGE_REGISTRY_USER", "other")
+        got.append((targets[0].registry, auth.user))
     monkeypatch.setattr(pusher, "push_targets", push)
     assert cli.main(["--matrix", str(write_matrix(BASE_MATRIX)), "push"]) == 0
-    assert got == [("127.0.0.1:5001", "127.0.0.1:5001")]
-    assert options.current() is None  # cleared when the command ends
+    assert got == [("127.0.0.1:5001", "ci")]
+
+
+@pytest.mark.parametrize("stage", options.STAGES)
+def test_each_stage_field_is_a_setting_with_its_default(stage):
+    """The typed stage settings are checked against the table: a field names a setting and keeps its default."""
+    for f in dataclasses.fields(stage):
+        assert f.name in options.SETTINGS, f"{stage.__name__}.{f.name} is no setting of gpuforge.options.TABLE"
+        assert f.default == options.SETTINGS[f.name].default, f"{stage.__name__}.{f.name}: not the table's default"
+
+
+def test_a_stage_is_filled_from_the_command_and_frozen(monkeypatch):
+    monkeypatch.setenv("GPUFORGE_DRIVER", "classic")
+    b = options.resolve(command="build").stage(options.BuildSettings)
+    assert (b.driver, b.jobs, b.cache_from) == ("classic", 1, ())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.driver = "buildx"  # type: ignore[misc]
+    v = options.resolve(command="push").stage(options.ValidateSettings)  # push takes none of them: the defaults
+    assert v == options.ValidateSettings()
+
+
+def test_no_settings_live_in_module_state():
+    """The options are resolved per command and handed down: no global to activate, look up or complete."""
+    gone = {"_active", "activate", "current", "for_args", "use_matrix", "setting"}
+    assert not gone & set(vars(options)), sorted(gone & set(vars(options)))
+    assert "__getattr__" not in vars(options.Options)
+    with pytest.raises(AttributeError):
+        options.resolve(command="build").driver  # noqa: B018  # values are read with value(name) or a stage
 
 
 def test_options_are_frozen():

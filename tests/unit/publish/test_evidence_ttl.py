@@ -20,7 +20,7 @@ NOW = dt.datetime(2026, 12, 31, 12, tzinfo=dt.UTC)
                                                    (" 2.5 ", 2.5, 2.5)])
 def test_one_number_or_one_per_environment(monkeypatch, text, dev, prod):
     monkeypatch.setenv("GPUFORGE_EVIDENCE_TTL_DAYS", text)
-    ttl = options.resolve(command="promote").evidence_ttl
+    ttl = options.resolve(command="promote").value("evidence_ttl")
     assert (ttl.of("dev"), ttl.of("prod")) == (dev, prod)
 
 
@@ -32,7 +32,7 @@ def test_a_bad_time_to_live_is_one_line_naming_its_source(monkeypatch, text):
 
 
 def test_the_default_is_30_days_for_both():
-    assert options.resolve(command="status", environ={}).evidence_ttl == options.Ttl(30.0, 30.0)
+    assert options.resolve(command="status", environ={}).value("evidence_ttl") == options.Ttl(30.0, 30.0)
 
 
 def _ev(at: str | None, gpu_at: str | None = None, gpu: bool = False) -> Evidence:

@@ -39,8 +39,8 @@ def keys(tmp_path):
 
 def _made(command: str, environ: dict[str, str]):
     """The Signer and Verifier the CLI makes for `command` in `environ` (resolved once, as main() does)."""
-    o = options.resolve(command=command, environ=environ)
-    return cli._signer(o, o.signing_key), cli._verifier_or_none(o)
+    run = cli._make_run(options.resolve(command=command, environ=environ), None)
+    return cli._signer(run, run.signing.signing_key), cli._verifier_or_none(run)
 
 
 def _key_env(keys, tlog: str | None) -> dict[str, str]:

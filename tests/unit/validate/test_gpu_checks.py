@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from gpuforge import paths
+from gpuforge import options, paths
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError, EngineError
 from gpuforge.image import compat
 from gpuforge.validate.pytest_run import gpu_args
+from gpuforge.validate.selection import EnvSkip
 
 sys.path.insert(0, str(paths.project_root() / "validators"))
 import test_gpu_smoke as v
@@ -75,11 +76,20 @@ def test_sdpa_required_backend_missing_fails():
         v.test_sdpa_backends_match_math(checks(sdpa=s), TH)
 
 
-def test_multi_gpu_checks_skip_at_world_size_1():
+def test_multi_gpu_checks_skip_at_world_size_1_for_the_typed_reason():
     c = checks(multi_gpu={"ok": True, "skipped": "world size 1: one GPU visible, no collective to check", "world_size": 1})
     for fn in (v.test_multi_gpu_allreduce_exact, v.test_multi_gpu_compiled_ddp_matches_reference):
-        with pytest.raises(pytest.skip.Exception, match="world size 1"):
+        with pytest.raises(pytest.skip.Exception, match="world size 1") as e:
             fn(c)
+        assert e.value.env_skip is EnvSkip.ONE_GPU
+
+
+def test_a_multi_gpu_skip_at_another_world_size_is_untyped():
+    """No GPU at all is no one-GPU runner: the skip carries no typed reason, so the evidence refuses it."""
+    c = checks(multi_gpu={"ok": True, "skipped": "world size 0: one GPU visible, no collective to check", "world_size": 0})
+    with pytest.raises(pytest.skip.Exception) as e:
+        v.test_multi_gpu_allreduce_exact(c)
+    assert not hasattr(e.value, "env_skip")
 
 
 class _Cfg:
@@ -145,9 +155,9 @@ def test_gpu_request_modes():
     with pytest.raises(EngineError, match="allowed: nvidia, cdi"):
         run.gpu_device_request("amd")
     assert gpu_args("cdi", "2") == ["--gpuforge-gpu-request", "cdi", "--gpuforge-gpus", "2"]
-    for bad in (("cuda", None), ("cdi", "2; rm -rf /"), ("cdi", "-1")):
+    for name, bad in (("gpu_request", "cuda"), ("gpus", "2; rm -rf /"), ("gpus", "-1")):  # checked once, by the CLI
         with pytest.raises(ConfigError):
-            gpu_args(*bad)
+            options.resolve_one(options.SETTINGS[name], cli=bad)
 
 
 def test_no_nvidia_runtime_error_is_actionable():

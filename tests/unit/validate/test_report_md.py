@@ -9,33 +9,41 @@ import json
 import re
 
 import pytest
+from fleet_reports import KIND, gpu_checks
 from report_md import parse
 
 from gpuforge import __version__, paths
-from gpuforge.validate import report
+from gpuforge.validate import report, selection
 
 H200 = paths.project_root() / "docs" / "measurements" / "smoke-cdi-h200.json"
-NOT_REQUESTED = "Skipped: GPU checks not requested (pass --gpuforge-gpu)"
+NO_GPU = selection.Kind("runtime", "wheels", gpu=False)
 
 
 def _gpu_report() -> dict:
+    """The H200 run, kept to the checks that apply to its image's kind (runtime from wheels, with GPUs)."""
     raw = json.loads(H200.read_text())
     raw["facts"]["image_id"] = "sha256:" + "d" * 64
+    raw["checks"] = gpu_checks([])
     required = tuple(c["id"] for c in raw["checks"])
-    return report.finish(raw, required=required, gpu=True, revision="0123abc")
+    return report.finish(raw, required=required, gpu=True, revision="0123abc", kind=KIND)
 
 
 def _no_gpu_report() -> dict:
-    """The same run as a build host without a GPU makes it: the GPU modules skip for 'not requested'."""
+    """The same image as a build host without a GPU validates it: the GPU checks are not applicable, never run."""
     raw = json.loads(H200.read_text())
     raw["gpu"] = False
     raw["facts"] = {k: v for k, v in raw["facts"].items() if k not in ("driver", "gpu_count", "gpu_smoke")}
     raw["facts"]["image_id"] = "sha256:" + "e" * 64
-    for c in raw["checks"]:
-        c["outcome"], c["message"] = "skipped", NOT_REQUESTED
+    why = selection.not_applicable({"gpu": ()}, NO_GPU)
+    raw["selection"] = {"narrowed": False, "kind": NO_GPU.as_dict(),
+                        "not_applicable": [{"id": c["id"], "why": why} for c in raw["checks"] if c["module"] != "test_driver"]}
+    no_driver = selection.EnvSkip.NO_DRIVER
+    raw["checks"] = [{**c, "outcome": "skipped", "message": f"Skipped: {no_driver.describe} (no libnvidia-ml)",
+                      "skip": no_driver.value} for c in raw["checks"] if c["module"] == "test_driver"]
     raw["checks"].append({"id": "test_metadata.py::test_default_user_is_not_root", "module": "test_metadata",
                           "name": "test_default_user_is_not_root", "outcome": "passed", "seconds": 0.1, "message": ""})
-    return report.finish(raw, required=tuple(c["id"] for c in raw["checks"]), gpu=False, revision="0123abc")
+    return report.finish(raw, required=tuple(c["id"] for c in raw["checks"]), gpu=False, revision="0123abc",
+                         kind=NO_GPU)
 
 
 def test_gpu_report_reads_green_with_host_and_provenance():
@@ -67,7 +75,10 @@ def test_report_without_gpu_is_not_promotable_to_prod():
     f = parse(report.markdown(_no_gpu_report()))
     assert f["verdict"] == f"GREEN for dev; {report.NO_GPU}"
     assert f["host"].startswith("no GPU (docker on ")
-    assert f["What was skipped, and why"] == ["24 x GPU checks not requested (pass --gpuforge-gpu) (test_driver, test_gpu_smoke)"]
+    assert f["What was skipped, and why"] == [
+        "2 x no NVIDIA driver visible in a run without GPUs (no libnvidia-ml) (test_driver)"]
+    assert f["Not applicable to this image (runtime/wheels, no GPU)"] == [
+        "22 x GPU runs only: this run has no GPU (`gpuforge validate --gpu` on a GPU runner) (test_gpu_smoke)"]
     assert any(line.startswith("the GPU: no GPU check ran") for line in f["What was not checked"])
     assert f["What was proven"][0].startswith("**metadata: what the image says about itself")
 
