@@ -1,4 +1,4 @@
-"""Readiness level r2's speed figures (#29): is each GPU as fast as its model should be?
+"""Readiness level r2's speed figures: is each GPU as fast as its model should be?
 
 Per GPU: HBM device-to-device copy (TB/s, bytes read and written), 8192^3 bf16 and TF32 matrix products on random
 data (TFLOP/s), pinned host->device and device->host copies (GB/s). Each figure is the best of `trials` timed trials

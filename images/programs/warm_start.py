@@ -24,7 +24,7 @@ caches are per GPU model: another model's entries never hit).
 
 With GPUFORGE_AOT_PACKAGE: a package whose key matches (torch and CUDA versions, GPU name and capability, the
 model function and a sha256 of its source file, the weights) and whose bytes match the key's sha256 is loaded
-(the C++ AOTIModelPackageLoader) and run 3 times: no tracing, no compile. Its first output is checked against the
+(the C++ AOTIModelPackageLoader) and run three times: no tracing, no compile. Its first output is checked against the
 eager output saved when it was built (FILE.ref.pt, on seeded inputs; its sha256 is in the key): a package whose
 output is off is stale. Otherwise (none yet, stale, torn) the start is served by torch.compile as before, and the
 package is built after the start is ready: the entrypoint runs `warm_start.py --build-only` in the background

@@ -1,4 +1,4 @@
-"""The image's-users block of the template (#19) comes after the torch layer, so changing it never re-downloads
+"""The image's-users block of the template comes after the torch layer, so changing it never re-downloads
 torch, and it holds what the journeys need: the pip constraints with torch pinned, the profile script, the
 metrics mode's pins."""
 
@@ -12,7 +12,7 @@ def test_users_block_follows_the_torch_layer_and_pins_torch():
     for t in load_matrix().targets:
         text = render.render_target(t)["Dockerfile"].decode()
         torch_at = text.index(f"torch=={t.variant.torch} torchvision==")
-        block_at = text.index("# --- The image's users (#19)")
+        block_at = text.index("# --- The image's users:")
         assert torch_at < block_at, t.id
         block = text[block_at:]
         assert "ENV PIP_CONSTRAINT=/opt/gpuforge/pip-constraints.txt" in block
