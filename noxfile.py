@@ -61,7 +61,7 @@ def schema(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """hadolint the generated Dockerfiles, ruff, shellcheck, zizmor + the workflow schema, the lock is current."""
+    """hadolint the generated Dockerfiles, ruff, mypy, shellcheck, zizmor + the workflow schema, the lock is current."""
     _install(session, "lint")
     session.run("python", "tools/lint.py", *session.posargs)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 
@@ -19,6 +20,16 @@ from gpuforge.errors import ConfigError, FatalError, exit_codes
 from gpuforge.plan.matrix import Matrix, load_matrix
 
 if TYPE_CHECKING:
+    # the field `options` below hides the module inside the class body, so the stages' types are named directly
+    from gpuforge.options import (
+        BuildSettings,
+        CveGateSettings,
+        PromoteSettings,
+        PushSettings,
+        RegistrySettings,
+        SigningSettings,
+        ValidateSettings,
+    )
     from gpuforge.plan.target import Target
     from gpuforge.registry.attest import Signer, Verifier
     from gpuforge.registry.client import RegistryAuth
@@ -37,13 +48,13 @@ class Run:
     matrix: Matrix | None  # None for the commands that read no matrix.yaml
     records: Records  # the build records in the state_dir setting
     auth: RegistryAuth
-    registry: options.RegistrySettings
-    signing: options.SigningSettings
-    build: options.BuildSettings
-    push: options.PushSettings
-    validate: options.ValidateSettings
-    promote: options.PromoteSettings
-    cve: options.CveGateSettings
+    registry: RegistrySettings
+    signing: SigningSettings
+    build: BuildSettings
+    push: PushSettings
+    validate: ValidateSettings
+    promote: PromoteSettings
+    cve: CveGateSettings
 
     def value(self, name: str) -> Any:  # a flag of one command: the table's check gave it its type
         return self.options.value(name)
@@ -131,9 +142,9 @@ def cmd_plan(args: argparse.Namespace, run: Run) -> int:
         from gpuforge.plan import fleet
 
         defaults = {t.id for t in m.select(None)}
-        rows = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
-                for t in targets]
-        print(json.dumps({"include": fleet.gpu_matrix(targets) if run.value("pools") else rows}, sort_keys=True))
+        entries = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
+                   for t in targets]
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if run.value("pools") else entries}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -141,7 +152,7 @@ def cmd_plan(args: argparse.Namespace, run: Run) -> int:
             for t in targets]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
 
-    def line(cells) -> str:
+    def line(cells: Iterable[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [f"{len(targets)} target(s) from {m.path}", line(cols), line("-" * w for w in widths), *map(line, rows)]
@@ -150,7 +161,7 @@ def cmd_plan(args: argparse.Namespace, run: Run) -> int:
     return 0
 
 
-def fleet_lines(m: Matrix, targets: list) -> list[str]:
+def fleet_lines(m: Matrix, targets: list[Any]) -> list[str]:
     """Per pool of matrix.yaml's fleet: what it validates and which targets it excludes (and by which entry)."""
     from gpuforge.plan import fleet
 
@@ -532,10 +543,14 @@ def _epilog() -> str:
     return f"exit codes (errors are one line on stderr):\n{codes}"
 
 
+Command = Callable[[argparse.Namespace, "Run"], int]  # a subcommand's function
+AddCommand = Callable[..., argparse.ArgumentParser]  # parser()'s add(name, fn, help, selectors=True)
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors are one line too (exit 2), like every other error: argparse's default prints the usage first."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         cmd = self.prog.removeprefix("gpuforge").strip()
         self.exit(2, f"gpuforge: error: {cmd + ': ' if cmd else ''}{message} (see `{self.prog} --help`)\n")
 
@@ -549,7 +564,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_arguments(ap, None)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    def add(name: str, fn, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
+    def add(name: str, fn: Command, help_: str, selectors: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_, epilog=_epilog(), formatter_class=fmt)
         if selectors:
             p.add_argument("selectors", nargs="*", help="key=value (glob values) and target-id globs; none: the default")
@@ -565,7 +580,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _plan_and_build(add) -> None:
+def _plan_and_build(add: AddCommand) -> None:
     add("plan", cmd_plan, "print the expanded targets")
     add("generate", cmd_generate, "render images/dist/<target>/ from the templates")
     add("lock", cmd_lock, "re-resolve the images' Python package locks with uv (needs the index)", selectors=False)
@@ -574,7 +589,7 @@ def _plan_and_build(add) -> None:
     add("clean", cmd_clean, "remove the containers of gpuforge runs that are gone (never a live run's)", selectors=False)
 
 
-def _validation(add) -> None:
+def _validation(add: AddCommand) -> None:
     add("validate", cmd_validate, "run the validators against built targets")
     p = add("smoke", cmd_smoke, "run the driver + GPU smoke validators against HOST, or a container of --image", selectors=False)
     p.add_argument("host", nargs="?", help="docker://CONTAINER, local:// or ssh://USER@HOST (or --image)")
@@ -584,7 +599,7 @@ def _validation(add) -> None:
     p.add_argument("scans", nargs="+", help="scanner JSON reports: trivy -f json, grype -o json, pip-audit -f json")
 
 
-def _publishing(add) -> None:
+def _publishing(add: AddCommand) -> None:
     add("push", cmd_push, "push built targets and record their digests")
     add("pull", cmd_pull, "pull each target's pushed digest (from its build record) into the engine with gpuforge's "
         "registry credentials, never written to a docker config; refused unless it is the recorded image")
@@ -602,7 +617,7 @@ def _publishing(add) -> None:
         "that admits a target's images to an environment and GPU pool only by a signed, fresh, passing Test Result")
 
 
-def _fleet_reports(add) -> None:
+def _fleet_reports(add: AddCommand) -> None:
     add("prod-sboms", cmd_prod_sboms, "write each prod digest's signed SBOM (for a re-scan without pulling)")
     add("outdated", cmd_outdated, "report what moved upstream: torch/CUDA in the compat data, base digests, "
         "security updates in built images, red prod CVE verdicts")
@@ -610,7 +625,7 @@ def _fleet_reports(add) -> None:
     add("release-notes", cmd_release_notes, "release notes of a promoted digest from its signed attestations")
 
 
-def _promotion_state(add) -> None:
+def _promotion_state(add: AddCommand) -> None:
     add("status", cmd_status, "what dev and prod hold, read from the registry: digests, promotion, evidence")
     add("history", cmd_history, "the promotions of TARGET in one environment, in order, from the registry")
     add("rollback", cmd_rollback, "point an environment's tags back at a digest promoted there before "
@@ -657,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         if o.value("verbose"):
             for line in o.lines():
                 print(f"gpuforge: option {line}", file=sys.stderr)
-        return args.fn(args, _make_run(o, matrix))
+        code: int = args.fn(args, _make_run(o, matrix))  # the command's exit code (set_defaults(fn=...))
+        return code
     except FatalError as e:
         print(f"gpuforge: error: {e}", file=sys.stderr)
         return e.return_code

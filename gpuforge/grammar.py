@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import string
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -91,7 +92,7 @@ PIP_REQUIREMENT = (rf" *(?!(?:{_ANY_CASE})(?![A-Za-z0-9._-])){_PIP_NAME}(?![A-Za
                    r"""|"[^"\x00-\x1f\x7f-\x9f\u2028\u2029]*")*""")
 
 
-def _full(pattern: str) -> re.Pattern:
+def _full(pattern: str) -> re.Pattern[str]:
     return re.compile(rf"(?:{pattern})\Z")
 
 
@@ -100,7 +101,7 @@ def json_pattern(pattern: str) -> str:
     return f"^(?:{pattern})$"
 
 
-def template(fields, *, first: str = TAG_FIRST, char: str = TAG_CHAR, required=()) -> str:
+def template(fields: Iterable[str], *, first: str = TAG_FIRST, char: str = TAG_CHAR, required: Iterable[str] = ()) -> str:
     """The regex of a {placeholder} template over `fields` whose literal text is `char`s (the first one a
     `first`), containing each of `required`: what can render to a tag (or, given other classes, a reference)."""
     field = rf"\{{(?:{'|'.join(fields)})\}}"
@@ -115,12 +116,12 @@ _USER_RE, _URL_RE, _PIP_RE = _full(USER_NAME), _full(URL), _full(PIP_REQUIREMENT
 _URL_CHARS = _full(f"{_URL_CHAR}+")
 
 
-def nearest(value: object, allowed) -> str:
+def nearest(value: object, allowed: Iterable[object]) -> str:
     """'; did you mean "x"?' for a typo close to one allowed value, else ''."""
-    allowed = [str(a) for a in allowed]
+    names = [str(a) for a in allowed]
     text = str(value)
-    close = [a for a in allowed if len(text) >= 3 and a.startswith(text)] or \
-        difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
+    close = [a for a in names if len(text) >= 3 and a.startswith(text)] or \
+        difflib.get_close_matches(text, names, n=1, cutoff=0.6)
     return f"; perhaps you meant {close[0]!r}?" if close else ""
 
 
@@ -266,7 +267,7 @@ def image_reference(value: str, *, pinned: bool = False) -> str:
     return value
 
 
-def reference_match(value: str) -> re.Match:
+def reference_match(value: str) -> re.Match[str]:
     """The match of a valid reference: groups 1 registry, 2 repository, 3 tag, 4 digest (gpuforge.plan.target.ImageRef)."""
     m = _REFERENCE_RE.match(value)
     if not m:
@@ -288,7 +289,7 @@ def user_name(value: str) -> str:
     return value
 
 
-def placeholders(template: str, allowed, *, what: str, required=()) -> str:
+def placeholders(template: str, allowed: Iterable[str], *, what: str, required: Iterable[str] = ()) -> str:
     """Only plain {name} placeholders from `allowed`: no format specs, conversions, attributes or indexes
     (a spec like {id:>999999999} would allocate gigabytes)."""
     _plain(template, what)
@@ -325,7 +326,7 @@ CAPABILITY = r"[0-9]{1,2}\.[0-9]"  # CUDA compute capability: 9.0, 12.0
 _POOL_RE, _LABEL_RE, _DRIVER_RE, _CC_RE = map(_full, (POOL_NAME, RUNNER_LABEL, DRIVER_VERSION, CAPABILITY))
 
 
-def _matching(regex: re.Pattern, value: str, what: str, allowed: str) -> str:
+def _matching(regex: re.Pattern[str], value: str, what: str, allowed: str) -> str:
     _plain(value, what)
     if not regex.match(value):
         msg = f"{value!r} is not {what} ({allowed})"

@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
@@ -59,7 +59,7 @@ def _pem(value: str) -> str:
     return value
 
 
-def _bool(value) -> bool:
+def _bool(value: str | bool) -> bool:
     if isinstance(value, bool):
         return value
     if value.lower() in _TRUE:
@@ -70,16 +70,16 @@ def _bool(value) -> bool:
     raise ValueError(msg)
 
 
-def _whole(value, low: int, high: int | None = None) -> int | None:
+def _whole(value: object, low: int, high: int | None = None) -> int | None:
     """`value` as a whole number from `low` to `high` (None: no top), or None: the numeric settings' one rule."""
     try:
-        n = int(value)
+        n = int(value)  # type: ignore[call-overload]  # any value: int() says which are numbers (TypeError, ValueError)
     except (TypeError, ValueError):
         return None
     return n if low <= n and (high is None or n <= high) else None
 
 
-def _gzip_level(value) -> int:
+def _gzip_level(value: object) -> int:
     n = _whole(value, 0, 9)
     if n is None or str(value).strip() != str(n):
         msg = f"{value!r} is not a gzip level (allowed: 0 to 9)"
@@ -87,7 +87,7 @@ def _gzip_level(value) -> int:
     return n
 
 
-def _jobs(value) -> int:
+def _jobs(value: object) -> int:
     n = _whole(value, 1, 256)
     if n is None:
         msg = f"{value!r} is not a number of parallel builds (allowed: 1 to 256)"
@@ -134,7 +134,7 @@ def _severity(value: str) -> str:
     return value.upper()
 
 
-def _hours(value) -> float:
+def _hours(value: str | float) -> float:
     try:
         h = float(value)
     except (TypeError, ValueError):
@@ -175,7 +175,7 @@ def _root(value: str) -> str:
     return str(root)
 
 
-def _days(value) -> float:
+def _days(value: str | float) -> float:
     try:
         d = float(value)
     except (TypeError, ValueError):
@@ -194,13 +194,14 @@ class Ttl:
     prod: float = 30.0
 
     def of(self, env: str) -> float:
-        return getattr(self, env)
+        days: float = getattr(self, env)  # env: dev or prod, a field
+        return days
 
     def __str__(self) -> str:
         return f"dev={self.dev:g},prod={self.prod:g}"
 
 
-def _ttl(value) -> Ttl:
+def _ttl(value: object) -> Ttl:
     text = str(value).strip()
     if "=" not in text:
         d = _days(text)
@@ -215,7 +216,7 @@ def _ttl(value) -> Ttl:
     return Ttl(**days)
 
 
-def _steps(value) -> int:
+def _steps(value: object) -> int:
     n = _whole(value, 1)
     if n is None:
         msg = f"{value!r} is not a number of steps back (allowed: 1 or more)"
@@ -260,7 +261,7 @@ class Setting:
     default: object = None
     choices: tuple[str, ...] = ()
     what: str = "a value"  # for "'x' is not a build driver"
-    check: Callable | None = None  # text -> value, ValueError when bad (choices are checked apart)
+    check: Callable[[Any], object] | None = None  # text -> value, ValueError when bad (choices are checked apart)
     action: str | None = None  # argparse: store_true, append
     required_for: tuple[str, ...] = ()  # the commands that cannot run without it
     default_for: tuple[tuple[str, object], ...] = ()  # (command, default) where a command's default differs
@@ -632,7 +633,19 @@ class Resolved:
         return self.value is not None
 
 
-def _checked(s: Setting, value, source: str, command: str | None = None) -> Resolved:
+class MatrixSource(Protocol):
+    """What the settings read of a loaded matrix.yaml (gpuforge.plan.matrix.Matrix, which this floor module cannot
+    import): its checked spec, its path and its positioned document."""
+
+    @property
+    def spec(self) -> object: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def doc(self) -> Any: ...
+
+
+def _checked(s: Setting, value: Any, source: str, command: str | None = None) -> Resolved:
     if s.action == "append":
         value = tuple(value)
         for v in value:
@@ -651,7 +664,8 @@ def _checked(s: Setting, value, source: str, command: str | None = None) -> Reso
     return Resolved(s.name, value, source)
 
 
-def resolve_one(s: Setting, *, cli=None, environ: Mapping[str, str] | None = None, matrix=None,
+def resolve_one(s: Setting, *, cli: object = None, environ: Mapping[str, str] | None = None,
+                matrix: MatrixSource | None = None,
                 command: str | None = None) -> Resolved:
     """The first value given among the setting's sources (see Setting.sources), checked; the default is the
     command's own where it has one."""
@@ -697,7 +711,7 @@ class Options:
     def get(self, name: str) -> Resolved:
         return self.resolved[name]
 
-    def with_matrix(self, matrix) -> Options:
+    def with_matrix(self, matrix: MatrixSource) -> Options:
         """The settings that matrix.yaml may give, re-resolved with it (flags and variables still come first)."""
         out = dict(self.resolved)
         for s in TABLE:
@@ -721,7 +735,7 @@ def _applies(s: Setting, command: str | None) -> bool:
 
 
 def resolve(args: argparse.Namespace | None = None, command: str | None = None,
-            environ: Mapping[str, str] | None = None, matrix=None) -> Options:
+            environ: Mapping[str, str] | None = None, matrix: MatrixSource | None = None) -> Options:
     """Every setting of `command` (the global and environment-only ones too) from parsed flags, the
     environment and matrix.yaml. Raises ConfigError naming the source of the first bad value."""
     command = command or getattr(args, "cmd", None)
@@ -739,7 +753,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
         if not s.flag or (s.commands if command is None else command not in s.commands):
             continue
         names = [n for n in (s.short, s.flag, *(old for c, old in s.aliases if c == command)) if n]
-        kw: dict = {"dest": s.name, "help": _help(s)}
+        kw: dict[str, Any] = {"dest": s.name, "help": _help(s)}
         if s.action:
             kw["action"] = s.action
             kw["default"] = [] if s.action == "append" else False
@@ -758,11 +772,12 @@ def add_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
 class Retired(argparse.Action):
     """An old spelling that meant something else here: refused at parse time with a one-line hint (exit 2)."""
 
-    def __init__(self, option_strings, dest, hint: str, **kw):
+    def __init__(self, option_strings: Sequence[str], dest: str, hint: str, **kw: Any) -> None:
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS, **kw)
         self.hint = hint
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
         parser.error(f"{option_string} is no longer accepted here: {self.hint}")
 
 
@@ -776,7 +791,7 @@ def _help(s: Setting) -> str:
     return f"{s.help} ({'; '.join(tail)})" if tail else s.help
 
 
-def gpu_request(cli: str | None, matrix=None) -> Resolved:
+def gpu_request(cli: str | None, matrix: MatrixSource | None = None) -> Resolved:
     """How containers ask for GPUs: --gpu-request, GPUFORGE_GPU_REQUEST, matrix.yaml's gpu_request, nvidia."""
     return resolve_one(SETTINGS["gpu_request"], cli=cli, matrix=matrix)
 

@@ -225,7 +225,7 @@ def default_build(docker_engine, test_ca):
                 r = gpuforge("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
             assert r.returncode == 0, f"default build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
             assert "build driver:" in r.stdout
-            rec = records.require(t.id)
+            rec = records.require_build(t.id).model_dump(exclude_none=True)  # JSON: saved for the other workers
             save(rec)
     _keep(t, rec)
     print(f"\ndefault image {rec['image_id'][:19]} built on engine {rec['engine']}, image store {rec['image_store']}")
@@ -337,7 +337,7 @@ def devel_build(default_build, test_ca):
             with steps.step("the devel build"):
                 r = gpuforge("build", *DEVEL, "--extra-ca", str(test_ca["bundle"]), "--progress", "plain")
             assert r.returncode == 0, f"devel build failed:\n{r.stdout[-4000:]}\n{r.stderr[-3000:]}"
-            rec = records.require(t.id)
+            rec = records.require_build(t.id).model_dump(exclude_none=True)  # JSON: saved for the other workers
             save(rec)
     _keep(t, rec)
     return t, rec

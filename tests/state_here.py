@@ -1,6 +1,7 @@
 """The records of this test run, as a library caller reads them: the state dir comes from the state_dir setting
 (GPUFORGE_STATE_DIR, which tests/conftest.py sets for the run and its CLI subprocesses, and tests monkeypatch), read
-at each call. `records.require(id)` is `Records(<that dir>).require(id)`; other names are gpuforge.state.records'.
+at each call. `records.require_build(id)` is `Records(<that dir>).require_build(id)`; other names are
+gpuforge.state.records'.
 The stage settings are the typed ones the CLI makes (gpuforge.options.RegistrySettings, SigningSettings), resolved
 from the environment at each call."""
 

@@ -1,4 +1,5 @@
-"""`nox -s lint`: hadolint (generated Dockerfiles), ruff (Python), shellcheck (scripts), the workflows
+"""`nox -s lint`: hadolint (generated Dockerfiles), ruff (Python), mypy (the package, strict: [tool.mypy] in
+pyproject.toml), shellcheck (scripts), the workflows
 (check-jsonschema + zizmor, tools/workflows.py) and the lock file (requirements/dev.lock matches pyproject.toml).
 
 Repository maintenance, not part of the package: run from the checkout (`python tools/lint.py`).
@@ -36,6 +37,7 @@ def main() -> int:
     else:
         ok &= _run(["hadolint", "--config", ".hadolint.yaml", *dockerfiles])
     ok &= _run(["ruff", "check", *PYTHON])
+    ok &= _run(["mypy"])  # its files and strictness are in pyproject.toml's [tool.mypy]
     ok &= _run(["shellcheck", *SHELL])
     bad = workflows.problems(sorted((ROOT / ".github" / "workflows").glob("*.yml")))
     bad += locks.dev_lock_problems(ROOT)

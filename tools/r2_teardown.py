@@ -5,9 +5,10 @@ This runs the image's own probe (/opt/gpuforge/programs/gpu_smoke.py --level r2)
 container, P at a time, each with Python's faulthandler on (a SIGABRT then prints every thread's Python stack and
 whether the interpreter was finalizing), under variants that each take one suspect away:
 
-  shipped       the probe as the entrypoint runs it
+  shipped       the probe as the entrypoint runs it (a supervised image: its supervisor and child)
+  in-process    the measuring work in one process, then the interpreter's own teardown
   exit-now      the same work, then os._exit right after the verdict (no interpreter teardown)
-  one-thread    TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool to tear down)
+  one-thread    in-process with TORCHINDUCTOR_COMPILE_THREADS=1 (no compile worker pool to tear down)
 
 Run in a container of the image (a diagnosis aid, not a validator):
   docker run --rm --device nvidia.com/gpu=all -v $PWD/tools:/diag:ro -v OUT:/out IMAGE \
@@ -26,14 +27,24 @@ import sys
 import time
 
 PROBE = "/opt/gpuforge/programs/gpu_smoke.py"
-EXIT_NOW = (
-    "import os, sys; sys.argv = [{probe!r}, '--level', 'r2']; sys.path.insert(0, os.path.dirname({probe!r}));"
-    "import gpu_smoke; code = gpu_smoke.main(['--level', 'r2']); sys.stdout.flush(); sys.stderr.flush(); os._exit(code)"
+# The measuring work in this process, then the interpreter's own exit: where the crash was seen. A supervised probe
+# (gpu_smoke.ready_report) measures in a child that leaves with os._exit, so it is called directly; an older image's
+# gpu_smoke.main measured in-process.
+IN_PROCESS = (
+    "import argparse, os, sys; sys.path.insert(0, os.path.dirname({probe!r})); import gpu_smoke\n"
+    "if hasattr(gpu_smoke, 'ready_report'):\n"
+    "    r = gpu_smoke.ready_report(argparse.Namespace(level='r2', cuda=None, bars=None, strict=False, gpus=None))\n"
+    "    print('gpuforge selftest r2: ' + r['verdict'], file=sys.stderr); code = r['exit']\n"
+    "else:\n"
+    "    code = gpu_smoke.main(['--level', 'r2'])\n"
+    "sys.stdout.flush(); sys.stderr.flush()\n"
 )
 VARIANTS = {
     "shipped": ([sys.executable, "-X", "faulthandler", PROBE, "--level", "r2"], {}),
-    "exit-now": ([sys.executable, "-X", "faulthandler", "-c", EXIT_NOW.format(probe=PROBE)], {}),
-    "one-thread": ([sys.executable, "-X", "faulthandler", PROBE, "--level", "r2"], {"TORCHINDUCTOR_COMPILE_THREADS": "1"}),
+    "in-process": ([sys.executable, "-X", "faulthandler", "-c", IN_PROCESS.format(probe=PROBE) + "sys.exit(code)"], {}),
+    "exit-now": ([sys.executable, "-X", "faulthandler", "-c", IN_PROCESS.format(probe=PROBE) + "os._exit(code)"], {}),
+    "one-thread": ([sys.executable, "-X", "faulthandler", "-c", IN_PROCESS.format(probe=PROBE) + "sys.exit(code)"],
+                   {"TORCHINDUCTOR_COMPILE_THREADS": "1"}),
 }
 
 
@@ -54,7 +65,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=24)
     ap.add_argument("--parallel", type=int, default=4)
-    ap.add_argument("--variants", default="shipped,exit-now,one-thread")
+    ap.add_argument("--variants", default="shipped,in-process,exit-now,one-thread")
     ap.add_argument("--out", default="/out")
     a = ap.parse_args()
     results = []

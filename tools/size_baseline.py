@@ -16,23 +16,25 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gpuforge import options
 from gpuforge.builder import sizecheck
-from gpuforge.state import records
+from gpuforge.state.records import Records
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="+", help="target ids with a build record")
     args = ap.parse_args(argv)
+    records = Records(Path(str(options.resolve_one(options.SETTINGS["state_dir"]).value)))  # gpuforge's own resolution
     targets = sizecheck.load()
     for tid in args.targets:
-        rec = records.get(tid)
-        if not rec or not rec.get("size") or not rec.get("image_store"):
+        rec = records.build(tid)
+        if rec is None or not rec.size or not rec.image_store:
             print(f"size_baseline: {tid}: no build record with a size and image store; build it first", file=sys.stderr)
             return 2
-        targets[tid] = {"size": rec["size"], "store": rec["image_store"], "engine": rec.get("engine", "unknown"),
-                        "image_id": rec["image_id"], "revision": rec.get("revision", "unknown")}
-        print(f"size_baseline: {tid}: {rec['size'] / 1e9:.3f} GB on {rec['image_store']}")
+        targets[tid] = {"size": rec.size, "store": rec.image_store, "engine": rec.engine or "unknown",
+                        "image_id": rec.image_id, "revision": rec.revision or "unknown"}
+        print(f"size_baseline: {tid}: {rec.size / 1e9:.3f} GB on {rec.image_store}")
     doc = {"comment": "Image sizes (bytes, as the engine reports them) that builds are checked against; "
                       "written by tools/size_baseline.py", "targets": dict(sorted(targets.items()))}
     fd, tmp = tempfile.mkstemp(dir=sizecheck.BASELINE.parent, prefix=".size-baseline.")

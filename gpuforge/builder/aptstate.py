@@ -100,11 +100,11 @@ def sources(t: Target, arch: str) -> AptSources:
     """The suites `t`'s image installs from: a bootstrapped base's own mirrors, else the os image's usual ones."""
     info = compat.os_info(t.os)
     family = info["family"] if info else None
-    if family == "debian":
+    if family == "debian" and info is not None:  # a family implies the info (the test narrows it for mypy)
         boot = t.bootstrap or {}
         suites = debian_suites(boot.get("suite", info["codename"]), boot.get("mirror", DEBIAN_MIRROR),
                                boot.get("security_mirror", DEBIAN_SECURITY))
-    elif family == "ubuntu":
+    elif family == "ubuntu" and info is not None:
         archive, security = (UBUNTU_ARCHIVE, UBUNTU_SECURITY) if arch in ("amd64", "i386") else (UBUNTU_PORTS,) * 2
         c, parts = info["codename"], COMPONENTS["ubuntu"]
         suites = (Suite(mirror=archive, name=c, components=parts),
@@ -145,7 +145,7 @@ def fetch_text(url: str) -> str:
     """The body of `url` (http; the host's proxy variables apply), at most FETCH_MAX bytes."""
     req = urllib.request.Request(url, headers={"User-Agent": "gpuforge"})
     with urllib.request.urlopen(req, timeout=FETCH_TIMEOUT) as r:
-        body = r.read(FETCH_MAX + 1)
+        body: bytes = r.read(FETCH_MAX + 1)
     if len(body) > FETCH_MAX:
         msg = f"larger than {FETCH_MAX >> 20} MB"
         raise ValueError(msg)

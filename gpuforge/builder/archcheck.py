@@ -22,7 +22,8 @@ def wheel_arch_flags(image_id: str) -> list[str]:
     try:
         if rc != 0:
             raise ValueError
-        return json.loads(out[-1])
+        flags: list[str] = json.loads(out[-1])  # the probe prints a JSON list of strings
+        return flags
     except (IndexError, ValueError):
         msg = f"cannot read torch's arch list in image {image_id[:19]} (exit {rc}): {' '.join(out[-3:])[-300:]}"
         raise EngineError(msg) from None

@@ -12,7 +12,9 @@ import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 
@@ -24,11 +26,11 @@ from gpuforge.plan.target import ImageRef, Target
 RECIPE_LABEL = "io.gpuforge.base-recipe"
 
 
-def recipe_hash(boot: dict) -> str:
+def recipe_hash(boot: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()
 
 
-def apt_sources(boot: dict) -> str:
+def apt_sources(boot: dict[str, Any]) -> str:
     """/etc/apt/sources.list of a bootstrapped base (debootstrap writes the suite alone)."""
     suites = aptstate.debian_suites(boot["suite"], boot["mirror"], boot["security_mirror"])
     return "".join(f"{s.source_line()}\n" for s in suites)
@@ -51,19 +53,27 @@ def slim_rootfs(root: Path) -> None:
                 p.rmdir()
 
 
-def ensure_base(t: Target, log=print) -> str:
+Log = Callable[[str], object]  # where progress lines go (print by default)
+
+
+def _image_id(img: Any) -> str:
+    iid: str = img.id  # a docker-py Image (untyped): its id is a str
+    return iid
+
+
+def ensure_base(t: Target, log: Log = print) -> str:
     """Make sure the target's FROM image is in the engine; returns its image id."""
     if t.bootstrap:
         return _ensure_bootstrapped(t.base_image, t.bootstrap, log)
     return _ensure_pulled(t.base_image, log)
 
 
-def _ensure_pulled(ref: str, log) -> str:
+def _ensure_pulled(ref: str, log: Log) -> str:
     c = engine.client()
     try:
         img = c.images.get(ref)
         log(f"base {ref}: present ({img.id[:19]})")
-        return img.id
+        return _image_id(img)
     except docker.errors.ImageNotFound:
         pass
     log(f"base {ref}: pulling")
@@ -73,17 +83,17 @@ def _ensure_pulled(ref: str, log) -> str:
         msg = (f"cannot pull base image {ref}: {e.explanation or e} "
                "(is the registry reachable? mirror it and point the matrix's bases/cuda_base_image there)")
         raise EngineError(msg) from None
-    return img.id
+    return _image_id(img)
 
 
-def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
+def _ensure_bootstrapped(tag: str, boot: dict[str, Any], log: Log) -> str:
     c = engine.client()
     want = recipe_hash(boot)
     try:
         img = c.images.get(tag)
         if (img.labels or {}).get(RECIPE_LABEL) == want:
             log(f"base {tag}: reused (recipe {want[:12]})")
-            return img.id
+            return _image_id(img)
         log(f"base {tag}: recipe changed, rebuilding")
     except docker.errors.ImageNotFound:
         pass
@@ -107,6 +117,7 @@ def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
         (root / "etc/apt/sources.list").write_text(apt_sources(boot))
         slim_rootfs(root)
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        assert tar.stdout is not None  # stdout=PIPE: always set (narrows the Optional for the checker)
         try:
             c.api.import_image_from_data(
                 tar.stdout, repository=ImageRef.parse(tag).name, tag=ImageRef.parse(tag).tag,
@@ -117,4 +128,4 @@ def _ensure_bootstrapped(tag: str, boot: dict, log) -> str:
             tar.wait()
     img = c.images.get(tag)
     log(f"base {tag}: bootstrapped ({img.id[:19]})")
-    return img.id
+    return _image_id(img)

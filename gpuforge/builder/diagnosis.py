@@ -7,7 +7,7 @@ import re
 
 # Common build failures, recognised in the log, as (pattern, what it means and how to fix it); the
 # first match is named in the error line instead of the log's last line.
-DIAGNOSES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p, re.I), why) for p, why in (
+DIAGNOSES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.I), why) for p, why in (
     (r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate|UnknownIssuer|"
      r"self[- ]signed certificate in certificate chain",
      "TLS certificate verification failed (a TLS-intercepting proxy?): pass its CA bundle with --extra-ca FILE "

@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 from rich.console import Console
@@ -110,7 +111,7 @@ class _Runner:
         self.revision, self.created, self.source = git_revision(), created_time(), source_url()
         self.engine = info
         self.stop = threading.Event()
-        self.procs: set[subprocess.Popen] = set()
+        self.procs: set[subprocess.Popen[str]] = set()
         self.lock = threading.Lock()
         self.state_errors: list[StateError] = []  # a build made but not recorded: exit 8, not 4
 
@@ -175,6 +176,7 @@ class _Runner:
     def _stream(self, t: Target, argv: list[str], r: Result, note: str = "") -> int:
         """Run BuildKit, each output line redacted into the log (line-buffered: tail it live) and, plain, on stdout;
         `note` first, in the log only (what the build arguments stand for)."""
+        assert r.log is not None  # build() names the log before it streams
         with files.open_log(r.log) as log:
             if note:
                 log.write(redact(note) + "\n")
@@ -186,6 +188,7 @@ class _Runner:
                                     errors="replace", env={**os.environ, "DOCKER_BUILDKIT": "1"})
             with self.lock:
                 self.procs.add(proc)
+            assert proc.stdout is not None  # stdout=PIPE: always set
             try:
                 for line in proc.stdout:
                     line = redact(line.rstrip("\n"))
@@ -198,7 +201,7 @@ class _Runner:
                 with self.lock:
                     self.procs.discard(proc)
 
-    def _tag(self, t: Target, img, r: Result, recipe: str, size: int, *, index: bool, argv: list[str]) -> None:
+    def _tag(self, t: Target, img: Any, r: Result, recipe: str, size: int, *, index: bool, argv: list[str]) -> None:
         """Record the build, then move its tags: a tag never points at an image its record does not name.
         A failed record moves no tag; a failed tag puts the record and the tags already moved back."""
         c = engine.client()
@@ -260,9 +263,10 @@ def build_id(before: BuildRecord | None, image_id: str, now: dt.datetime) -> Bui
     return BuildId.at_time(now)
 
 
-def _image_of(c, ref: str) -> str | None:
+def _image_of(c: Any, ref: str) -> str | None:  # c: a docker-py client (untyped)
     try:
-        return c.images.get(ref).id
+        iid: str = c.images.get(ref).id
+        return iid
     except docker.errors.ImageNotFound:
         return None
 

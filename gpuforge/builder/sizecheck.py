@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import ConfigError
 
@@ -19,7 +20,7 @@ BASELINE = Path(str(resources.files("gpuforge.render") / "data" / "size-baseline
 TOLERANCE = 0.05
 
 
-def load(path: Path = BASELINE) -> dict[str, dict]:
+def load(path: Path = BASELINE) -> dict[str, dict[str, Any]]:
     """target id -> {"size": bytes, "store": ..., ...}; a malformed file is one clear line."""
     try:
         doc = json.loads(path.read_text()) if path.exists() else {"targets": {}}
@@ -30,8 +31,9 @@ def load(path: Path = BASELINE) -> dict[str, dict]:
     if not isinstance(targets, dict):
         msg = f"{path}: field 'targets' must be an object of target id -> {{size, store}}"
         raise ConfigError(msg)
-    for tid, e in targets.items():
-        if not (isinstance(e, dict) and isinstance(e.get("size"), int) and e["size"] > 0 and isinstance(e.get("store"), str)):
+    for tid, entry in targets.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and entry["size"] > 0
+                and isinstance(entry.get("store"), str)):
             msg = f"{path}: targets.{tid}: needs 'size' (a positive integer of bytes) and 'store' (a string)"
             raise ConfigError(msg)
     return targets

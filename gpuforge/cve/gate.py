@@ -19,9 +19,10 @@ import datetime as dt
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -30,6 +31,11 @@ from gpuforge.cve import openvex
 from gpuforge.errors import ConfigError, CveGateRed
 from gpuforge.plan.yamlpos import Positioned, error_loc, load
 from gpuforge.state import files
+
+if TYPE_CHECKING:
+    from gpuforge.plan.target import Target
+    from gpuforge.registry.attest import Signer, Verifier
+    from gpuforge.state.records import Records
 
 CVE_TYPE = "https://gpuforge.dev/attestations/cve/v1"
 CYCLONEDX_TYPE = "https://cyclonedx.org/bom"  # the predicateType cosign gives `attest --type cyclonedx`
@@ -162,7 +168,7 @@ def _when(text: str | None, what: str) -> dt.datetime | None:
     return d if d.tzinfo else d.replace(tzinfo=dt.UTC)
 
 
-def _trivy(doc: dict, scan: Scan) -> None:
+def _trivy(doc: dict[str, Any], scan: Scan) -> None:
     """Trivy's JSON (SchemaVersion 2): Results[].Vulnerabilities[], Packages[] with --list-all-pkgs."""
     scan.version = str(doc.get("Trivy", {}).get("Version", "")) if isinstance(doc.get("Trivy"), dict) else ""
     os_ = (doc.get("Metadata") or {}).get("OS") or {}
@@ -183,7 +189,7 @@ def _trivy(doc: dict, scan: Scan) -> None:
     scan.packages = listed if any_listed else None
 
 
-def _grype(doc: dict, scan: Scan) -> None:
+def _grype(doc: dict[str, Any], scan: Scan) -> None:
     """Grype's JSON: matches[].vulnerability/.artifact; the DB's build time in descriptor.db."""
     d = doc.get("descriptor") or {}
     scan.version = str(d.get("version", ""))
@@ -198,7 +204,7 @@ def _grype(doc: dict, scan: Scan) -> None:
                                      severity=_severity(v.get("severity")), fixed=fixed or None, purl=a.get("purl", "")))
 
 
-def _pip_audit(doc: dict, scan: Scan) -> None:
+def _pip_audit(doc: dict[str, Any], scan: Scan) -> None:
     """pip-audit's JSON (-f json): dependencies[] with vulns[] or a skip_reason (not audited)."""
     scan.live = True
     for dep in doc.get("dependencies") or []:
@@ -260,7 +266,7 @@ def _purl_key(purl: str) -> str:
 
 def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None, severity: str = DEFAULT_SEVERITY,
           max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, sbom: Path | None = None,
-          now: dt.datetime | None = None, subject: dict | None = None) -> dict:
+          now: dt.datetime | None = None, subject: dict[str, Any] | None = None) -> dict[str, Any]:
     """The verdict object (the predicate of CVE_TYPE): what was counted, allowed, expired, unaudited, and why red."""
     now = now or dt.datetime.now(dt.UTC)
     floor = SEVERITIES.index(_severity(severity))
@@ -301,7 +307,7 @@ def judge(scans: list[Scan], allowlist: Allowlist, *, target: str | None = None,
     }
 
 
-def _sorted_findings(scans: list[Scan], entries: list, floor: int) -> tuple[list[dict], list[dict], set[int]]:
+def _sorted_findings(scans: list[Scan], entries: list[Any], floor: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[int]]:
     """(counted, allowed, ids of the allowlist entries used): fixable findings at or above the floor (UNKNOWN
     always counts), each either covered by an allowlist entry or counted."""
     counted, allowed, used = [], [], set()
@@ -332,7 +338,7 @@ def _sbom_gaps(sbom: Path, scans: list[Scan], problems: list[str]) -> list[str]:
     return gaps
 
 
-def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, problems: list[str]) -> list[dict]:
+def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, problems: list[str]) -> list[dict[str, Any]]:
     """Each offline scanner's database age; an unknown or too old one is a problem (a stale database passes anything)."""
     dbs = []
     for s in scans:
@@ -351,7 +357,7 @@ def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, probl
     return dbs
 
 
-def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:
+def suggestions(verdict: dict[str, Any], *, today: dt.date | None = None) -> str:
     """Ready-to-paste allowlist entries (YAML, under `global:` or `targets.<id>:`) for every counted finding."""
     today = today or dt.date.today()
     review = today + dt.timedelta(days=SUGGEST_REVIEW_DAYS)
@@ -364,7 +370,7 @@ def suggestions(verdict: dict, *, today: dt.date | None = None) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
-def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
+def cve_ok(predicates: list[dict[str, Any]], *, digest: str, built_at: str | None = None,
            max_verdict_age_hours: float | None = None, now: dt.datetime | None = None) -> list[str]:
     """Why the signed CVE verdicts on `digest` do not let it into prod ([] when the newest is green).
 
@@ -386,10 +392,10 @@ def cve_ok(predicates: list[dict], *, digest: str, built_at: str | None = None,
     return out
 
 
-def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: str = DEFAULT_SEVERITY,
+def gate(scans: list[Path], *, allowlist: Path | None, target: Target | None = None, severity: str = DEFAULT_SEVERITY,
          max_db_age_hours: float = DEFAULT_MAX_DB_AGE_HOURS, db_metadata: Path | None = None, sbom: Path | None = None,
-         output: Path | None = None, signer=None, sign: bool = False, digest: str | None = None,
-         records=None, vex_author: str = openvex.DEFAULT_AUTHOR) -> dict:
+         output: Path | None = None, signer: Signer | None = None, sign: bool = False, digest: str | None = None,
+         records: Records | None = None, vex_author: str = openvex.DEFAULT_AUTHOR) -> dict[str, Any]:
     """`gpuforge cve-gate`: judge, print the verdict (and ready-to-paste entries), write it and its OpenVEX document,
     sign both with `signer` (an attest.Signer) when asked. `records` (state.records.Records) gives the target's pushed
     digest. `severity` and `max_db_age_hours` are the cve_severity and cve_max_db_age_hours settings, which the CLI
@@ -426,7 +432,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target=None, severity: st
     return verdict
 
 
-def _write(verdict: dict, output: Path | None, target, author: str) -> Path | None:
+def _write(verdict: dict[str, Any], output: Path | None, target: Target | None, author: str) -> Path | None:
     """The verdict at `output` and, beside it, its OpenVEX document (written together); the document's path, or
     None when there is none: no digest to name, or nothing to state (a stale one from an earlier run is removed)."""
     if not output:
@@ -455,7 +461,7 @@ def _write(verdict: dict, output: Path | None, target, author: str) -> Path | No
     return None
 
 
-def _sign(target, verdict_path: Path | None, signer, digest: str | None, *, vex: Path | None = None) -> None:
+def _sign(target: Target | None, verdict_path: Path | None, signer: Signer | None, digest: str | None, *, vex: Path | None = None) -> None:
     from gpuforge.registry import attest
 
     if target is None or verdict_path is None:
@@ -474,7 +480,7 @@ def _sign(target, verdict_path: Path | None, signer, digest: str | None, *, vex:
               "--type openvex)")
 
 
-def write_prod_sboms(targets, *, verifier, out: Path) -> list[tuple[str, str]]:
+def write_prod_sboms(targets: Sequence[Target], *, verifier: Verifier, out: Path) -> list[tuple[str, str]]:
     """For a re-scan without pulling: each prod digest's signed CycloneDX SBOM (verified) as out/<id>/sbom.cdx.json,
     and its digest as out/<id>/digest. Returns (target id, digest) for each written."""
     from gpuforge.registry import attest

@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 # The predicateType cosign gives `attest --type openvex`, and the one `verify-attestation --type openvex` asks for
 # (cosign's attestation.OpenVexNamespace); the document itself names the spec version in its @context.
@@ -73,7 +74,7 @@ def package_purl(purl: str | None) -> str | None:
     return f"{head}/{name}" if name else None
 
 
-def document(verdict: dict, *, registry: str, repository: str, author: str = DEFAULT_AUTHOR) -> tuple[dict | None, int]:
+def document(verdict: dict[str, Any], *, registry: str, repository: str, author: str = DEFAULT_AUTHOR) -> tuple[dict[str, Any] | None, int]:
     """(the OpenVEX document of `verdict` about its subject digest, allowed findings left out for want of a purl).
     The document is None when the verdict names no digest or states nothing (the spec asks for one statement at least)."""
     digest = (verdict.get("subject") or {}).get("digest")
@@ -90,14 +91,14 @@ def document(verdict: dict, *, registry: str, repository: str, author: str = DEF
     return {"@context": CONTEXT, "@id": doc_id, **body}, left_out
 
 
-def _statements(verdict: dict, product: dict) -> tuple[list[dict], int]:
+def _statements(verdict: dict[str, Any], product: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """One statement per (vulnerability, status, wording); its packages are the subcomponents. An affected
     statement about a finding with no usable purl names the image alone (saying more is affected hides nothing)."""
     today = dt.datetime.fromisoformat(verdict["judged_at"]).date()
-    groups: dict[tuple, set[str] | None] = {}
+    groups: dict[tuple[Any, ...], set[str] | None] = {}
     left_out = 0
 
-    def add(key: tuple, sub: str | None) -> None:
+    def add(key: tuple[Any, ...], sub: str | None) -> None:
         if key in groups and groups[key] is None:
             return
         groups[key] = None if sub is None else {*(groups.get(key) or set()), sub}

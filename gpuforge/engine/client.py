@@ -14,12 +14,16 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 from packaging.version import InvalidVersion, Version
 
-from gpuforge.engine.drivers import DRIVERS, Buildx, Classic, Driver  # noqa: F401 (the build stage's names)
+from gpuforge.engine.drivers import DRIVERS as DRIVERS
+from gpuforge.engine.drivers import Buildx as Buildx
+from gpuforge.engine.drivers import Classic as Classic
+from gpuforge.engine.drivers import Driver as Driver
 from gpuforge.errors import EngineError
 
 LABEL_OWNER = "io.gpuforge.owner"  # on every container gpuforge starts, so `clean` can find leftovers
@@ -105,13 +109,13 @@ def choose_driver(preferred_client: str | None = None, want: str = "auto") -> Dr
     versions = {c: _version(c) for c in candidates}
     if want in ("auto", "buildx"):
         for c in candidates:
-            if versions[c] and _has_buildx(c):
-                return Buildx(client=c, client_version=versions[c])
+            if (v := versions[c]) and _has_buildx(c):
+                return Buildx(client=c, client_version=v)
     if want in ("auto", "classic"):
         for c in candidates:
             try:
-                if versions[c] and Version(versions[c].split("+")[0].split("-")[0]) < Version("23"):
-                    return Classic(client=c, client_version=versions[c])
+                if (v := versions[c]) and Version(v.split("+")[0].split("-")[0]) < Version("23"):
+                    return Classic(client=c, client_version=v)
             except InvalidVersion:
                 continue
     found = ", ".join(f"{c} {versions[c] or '(broken)'}" for c in candidates)
@@ -151,7 +155,7 @@ def engine_info() -> EngineInfo:
     return EngineInfo(version=str(info.get("ServerVersion", "unknown")), store=store, arch=str(info.get("Architecture") or ""))
 
 
-def built_image_id(iid: str, metadata: dict | None) -> str:
+def built_image_id(iid: str, metadata: dict[str, Any] | None) -> str:
     """The engine's id of what a build loaded. BuildKit's iidfile holds the image config digest when it
     exports a single manifest, and a containerd store knows that image by its manifest digest, so the
     build's metadata (`containerimage.digest`: the descriptor the exporter stored) comes first."""

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import docker.errors
@@ -46,7 +47,8 @@ class Running:
 
     @property
     def id(self) -> str:
-        return self.container.id
+        cid: str = self.container.id  # docker-py is untyped: its values are Any
+        return cid
 
     def _gone(self) -> EngineError:
         return EngineError(f"container {self.id[:12]} was removed while in use (`gpuforge clean --all`, `docker rm` "
@@ -68,7 +70,8 @@ class Running:
 
     def logs(self) -> str:
         try:
-            return self.container.logs().decode(errors="replace")
+            text: str = self.container.logs().decode(errors="replace")
+            return text
         except docker.errors.NotFound:
             raise self._gone() from None
         except docker.errors.APIError as e:
@@ -78,9 +81,10 @@ class Running:
 
     def status(self) -> str:
         self.reload()
-        return self.container.status
+        status: str = self.container.status
+        return status
 
-    def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match:
+    def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match[str]:
         """Wait until the logs match `pattern`; fail with the logs if the container exits or time runs out."""
         deadline = time.monotonic() + timeout
         rx = re.compile(pattern)
@@ -99,8 +103,8 @@ class Running:
 @contextlib.contextmanager
 def container(image: str, command: list[str] | None = None, *, user: str | None = None,
               env: dict[str, str] | None = None, ports: dict[int, int | None] | None = None,
-              gpus: bool = False, shm_size: str | None = None, volumes: dict | None = None,
-              sysctls: dict | None = None, gpu_request: str = "nvidia", read_only: bool = False,
+              gpus: bool = False, shm_size: str | None = None, volumes: dict[str, Any] | None = None,
+              sysctls: dict[str, Any] | None = None, gpu_request: str = "nvidia", read_only: bool = False,
               tmpfs: dict[str, str] | None = None, network: str | None = None,
               memlock: int | None = None, health_interval: float | None = None) -> Iterator[Running]:
     """Start `image` detached; always remove it afterwards.
@@ -113,7 +117,7 @@ def container(image: str, command: list[str] | None = None, *, user: str | None 
     timeout, retries and start period stay the image's).
     """
     c = engine.client()
-    kwargs: dict = {
+    kwargs: dict[str, Any] = {
         "detach": True,
         "labels": _labels(),
         "environment": env or {},
@@ -234,7 +238,7 @@ def _labels() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def network(**kw) -> Iterator:
+def network(**kw: Any) -> Iterator[Any]:
     """A bridge network of this run's own (docker network create; `kw`: enable_ipv6, ipam, internal), labelled like
     its containers, removed on the way out; `sweep` removes one whose run died."""
     net = engine.client().networks.create(f"gf-{uuid.uuid4().hex[:12]}", driver="bridge", labels=_labels(), **kw)
@@ -256,14 +260,15 @@ def owner_alive(owner: str, boot: str = "") -> bool | None:
     return _started(int(parts[1])) == parts[2]
 
 
-def leftovers(run_id: str | None = None) -> list:
+def leftovers(run_id: str | None = None) -> list[Any]:
     label = f"{RUN_LABEL}={run_id}" if run_id else f"{engine.LABEL_OWNER}=gpuforge"
     # ignore_removed: the SDK inspects each listed container; one that ends meanwhile (validators start and
     # stop many) is not an error
-    return engine.client().containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    found: list[Any] = engine.client().containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    return found
 
 
-def _remove(cont) -> bool:
+def _remove(cont: Any) -> bool:  # a docker-py Container (untyped)
     """Remove a container; False when it was already gone or another remover (a concurrent clean) is at it."""
     try:
         cont.remove(force=True, v=True)
@@ -310,7 +315,7 @@ def sweep(*, everything: bool = False) -> Swept:
     return Swept(removed, alive, unknown, _sweep_networks(everything))
 
 
-def _alive(labels: dict, everything: bool) -> bool | None:
+def _alive(labels: dict[str, Any], everything: bool) -> bool | None:
     """Whether the run that labelled a container or network still runs (False with `everything`; None: unknown)."""
     owner = labels.get(OWNER_LABEL, "")
     return False if everything else (owner_alive(owner, labels.get(BOOT_LABEL, "")) if owner else None)

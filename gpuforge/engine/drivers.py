@@ -11,11 +11,14 @@ from typing import ClassVar, Protocol
 
 
 class Driver(Protocol):
-    name: str  # buildx | classic: recorded in each build record
-    client: str  # path of the docker client binary
-    client_version: str
-    writes_metadata: bool  # whether the build writes --metadata-file (what BuildKit made: config digest, index)
-    exports: bool  # whether its recorded build can run again with another exporter (push's zstd copy)
+    name: ClassVar[str]  # buildx | classic: recorded in each build record
+    # read-only (properties) so that the frozen dataclasses below satisfy the protocol
+    @property
+    def client(self) -> str: ...  # path of the docker client binary
+    @property
+    def client_version(self) -> str: ...
+    writes_metadata: ClassVar[bool]  # whether the build writes --metadata-file (what BuildKit made: config digest, index)
+    exports: ClassVar[bool]  # whether its recorded build can run again with another exporter (push's zstd copy)
 
     def describe(self) -> str: ...
 

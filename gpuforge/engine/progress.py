@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import requests.exceptions
 from rich.console import Console
@@ -45,9 +46,10 @@ class PushState:
 
     layers: dict[str, _Layer] = field(default_factory=dict)
 
-    def feed(self, ev: dict) -> str | None:
+    def feed(self, ev: dict[str, Any]) -> str | None:
         """Take one event; returns the layer id when that layer just finished."""
-        lid, status = ev.get("id"), str(ev.get("status", ""))
+        lid: str | None = ev.get("id")  # the engine's JSON event: a layer id when present
+        status = str(ev.get("status", ""))
         if not lid or not status or "digest: sha256:" in status:
             return None  # "The push refers to ...", and the tag's line "TAG: digest: sha256:... size: N"
         layer = self.layers.setdefault(lid, _Layer())
@@ -85,7 +87,7 @@ class PushProgress:
     def __init__(self, ref: str, mode: str = "auto"):
         self.ref, self.plain, self.state = ref, plain(mode), PushState()
 
-    def feed(self, events: Iterable[dict]) -> Iterator[dict]:
+    def feed(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         if self.plain:
             yield from self._plain(events)
             return
@@ -98,7 +100,7 @@ class PushProgress:
                            layers=f"{self.state.done}/{len(self.state.layers)} layers")
                 yield ev
 
-    def _plain(self, events: Iterable[dict]) -> Iterator[dict]:
+    def _plain(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         last = time.monotonic()
         for ev in self._guarded(events):
             finished = self.state.feed(ev)
@@ -112,7 +114,7 @@ class PushProgress:
                 last = now
             yield ev
 
-    def _guarded(self, events: Iterable[dict]) -> Iterator[dict]:
+    def _guarded(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         try:
             yield from events
         except requests.exceptions.ConnectionError:

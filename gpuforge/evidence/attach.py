@@ -22,7 +22,7 @@ go onto the digest with `cosign attach attestation`, in the order they were sign
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpuforge.errors import BundleRefused, ConfigError, RegistryError, StateError
 from gpuforge.evidence import age, bundle, reuse, statements
@@ -150,7 +150,8 @@ def judge(b: bundle.Bundle, c: bundle.Contents, rep: Report, t: Target, *, pool:
     ages = [age.age_days(at) for at in times]
     if None in ages:
         _refuse(b.path, "a statement names no signing time, so its age is unknown")
-    oldest = max(ages)
+    known = [a for a in ages if a is not None]  # all of them, after the check above
+    oldest = max(known)
     if oldest > max_age_days:
         _refuse(b.path, f"its statements were signed {oldest:.1f} days ago ({times[ages.index(oldest)]}), past prod's "
                         f"time to live of {max_age_days:g} days (GPUFORGE_EVIDENCE_TTL_DAYS); validate again on the "
@@ -199,10 +200,11 @@ def _not_yet_there(b: bundle.Bundle, rep: Report, ref: str,
     return [s for s in b.body if s not in there], there
 
 
-def _result_signed_at(pred: dict) -> str | None:
+def _result_signed_at(pred: dict[str, Any]) -> str | None:
     """A Test Result's signing time (its run entry, third in the fixed configuration order); None when it has none."""
     try:
-        return pred["configuration"][2]["annotations"]["signedAt"]
+        signed_at: str | None = pred["configuration"][2]["annotations"]["signedAt"]
+        return signed_at
     except (KeyError, IndexError, TypeError):
         return None
 

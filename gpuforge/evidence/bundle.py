@@ -121,7 +121,7 @@ class Sealed:
         return self.statement.predicateType
 
     @property
-    def predicate(self) -> dict:
+    def predicate(self) -> dict[str, Any]:
         return self.statement.predicate
 
 
@@ -218,7 +218,7 @@ def read(path: Path) -> Bundle:
     return Bundle(path=path, head=sealed[0], body=tuple(sealed[1:]))
 
 
-def seal(env: Envelope | dict, where: str) -> Sealed:
+def seal(env: Envelope | dict[str, Any], where: str) -> Sealed:
     """An envelope and the in-toto statement its payload holds; StateError when the payload is no such statement."""
     try:
         e = env if isinstance(env, Envelope) else Envelope.model_validate(env)

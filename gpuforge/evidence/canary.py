@@ -13,6 +13,7 @@ green run is signed after it, and `status` shows it. The build records of this c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 
@@ -43,7 +44,8 @@ def pull(ref: ImageRef, auth: RegistryAuth) -> str:
         raise RegistryError(msg) from None
     if isinstance(img, list):  # the SDK returns a list when it pulled several tags; a digest names one image
         img = img[0]
-    return img.id
+    iid: str = img.id  # docker-py is untyped: its values are Any
+    return iid
 
 
 def run(targets: list[Target], *, env: str, reports: Path, signer: attest.Signer, records: Records, gpu: bool = False,
@@ -65,7 +67,7 @@ def run(targets: list[Target], *, env: str, reports: Path, signer: attest.Signer
         images[t.id] = pull(ref, signer.auth)
     refs = {t.id: str(ref) for t, ref in plan}
 
-    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict[str, Any] | None) -> None:
         node = pytest_run.node_at_fault(rep)
         if node:  # the node's fault (XID, driver, limits) is not the image's: nothing is signed onto the digest
             print(f"gpuforge: canary: {t.id}: this node is not fit ({node}); nothing signed onto {refs[t.id]}",

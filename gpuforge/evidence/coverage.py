@@ -5,14 +5,19 @@ table both read it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuforge.evidence import statements
 from gpuforge.evidence.age import age_days, epoch
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import Evidence as ReportEvidence
 from gpuforge.validate.report_model import Report
 
+if TYPE_CHECKING:
+    from gpuforge.plan.fleet import Pool
 
-def covers(pool, rep: Report, *, built_at: str | None = None, image_id: str | None = None,
+
+def covers(pool: Pool, rep: Report, *, built_at: str | None = None, image_id: str | None = None,
            max_age_days: float | None = None) -> str | None:
     """None when GPU statement `rep` is green evidence from a host of `pool`, newer than the build, made by this
     checkout's validator set (for `image_id`, when given), signed within `max_age_days` (when given); else why not."""

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,7 +40,7 @@ INDEX = "evidence-index.json"
 FIX = "delete it (it only says where this state dir signed evidence; nothing is decided from it)"
 
 
-def content_key(*, diff_ids: list[str], config: str, inputs: str, validator_set: str, gpu: dict | None = None) -> str:
+def content_key(*, diff_ids: list[str], config: str, inputs: str, validator_set: str, gpu: dict[str, Any] | None = None) -> str:
     """sha256 over the canonical JSON of what the checks' verdict depends on (see the module doc)."""
     facts = {"diff_ids": list(diff_ids), "config": config, "inputs": inputs, "validator_set": validator_set,
              "run": "gpu" if gpu is not None else "image", **({"gpu": gpu} if gpu is not None else {})}
@@ -134,7 +134,7 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
     return None, why
 
 
-def gpu_runs(source: str, copy: str, facts: dict, verifier: attest.Verifier) -> tuple[list[Found], list[str]]:
+def gpu_runs(source: str, copy: str, facts: dict[str, Any], verifier: attest.Verifier) -> tuple[list[Found], list[str]]:
     """The source's GPU evidence that these bytes (`facts`: evidence.content of the copy) reuse: for each GPU host
     the source was validated on (its GPU models and driver), that host's newest verified GPU statement, when it is
     a green run's own of these very layers, config and inputs by this validator set. Also why each was passed over.
@@ -157,9 +157,9 @@ def gpu_runs(source: str, copy: str, facts: dict, verifier: attest.Verifier) -> 
     return found, why
 
 
-def _gpu_newest(ref: str, verifier: attest.Verifier) -> dict[tuple, Report]:
+def _gpu_newest(ref: str, verifier: attest.Verifier) -> dict[tuple[Any, ...], Report]:
     """(GPU models, driver) -> that GPU host's newest verified GPU statement on ref."""
-    newest: dict[tuple, Report] = {}  # in the order the hosts first signed (the copy's statements keep it)
+    newest: dict[tuple[Any, ...], Report] = {}  # in the order the hosts first signed (the copy's statements keep it)
     for rep in reversed(list(_newest_first(ref, verifier))):
         if rep.gpu_run():
             host = rep.host_of()
@@ -227,7 +227,7 @@ def statement(found: Found, *, image_id: str) -> Report:
     return Report.of(copied.dump(), "the reused statement")
 
 
-def inventory(source: str, verifier: attest.Verifier, *, target_id: str, image_id: str) -> dict | None:
+def inventory(source: str, verifier: attest.Verifier, *, target_id: str, image_id: str) -> dict[str, Any] | None:
     """The source's newest signed inventory (the packages its run read from the image), for this image id: the
     same layers hold the same packages. None when it has none that verifies (the copy is then signed without)."""
     try:

@@ -17,7 +17,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import docker.errors
 
@@ -73,7 +73,7 @@ class ToSign:
     """One statement a run signs about its digest: the predicate type and the predicate."""
 
     type_uri: str
-    predicate: dict
+    predicate: dict[str, Any]
 
 
 class Delivery(Protocol):
@@ -90,7 +90,7 @@ def onto_registry(signer: attest.Signer) -> Delivery:
     return deliver
 
 
-def to_sign(ref: str, rep: Report, *, target: Target, inventory: dict | None = None, os_name: str = "",
+def to_sign(ref: str, rep: Report, *, target: Target, inventory: dict[str, Any] | None = None, os_name: str = "",
             offline: bool = False) -> list[ToSign]:
     """What one run's report makes about `ref`, each checked before anything is signed, in the order they are signed:
     gpuforge's predicate, an in-toto Test Result per fleet pool of `target` the run's GPU host is a node of, and the
@@ -110,7 +110,7 @@ def to_sign(ref: str, rep: Report, *, target: Target, inventory: dict | None = N
     return out
 
 
-def sign_report(ref: str, rep: Report, *, signer: attest.Signer, target: Target, inventory: dict | None = None,
+def sign_report(ref: str, rep: Report, *, signer: attest.Signer, target: Target, inventory: dict[str, Any] | None = None,
                 os_name: str = "", deliver: Delivery | None = None) -> list[ToSign]:
     """Sign one run's report onto `ref` (to_sign's statements), or, with `deliver`, hand them there (a bundle). The only
     signing path for evidence. Returns what was signed."""
@@ -132,7 +132,7 @@ def validate_and_attest(targets: list[Target], *, reports: Path, signer: attest.
     left = [t for t in targets if not (may_reuse and _reused(t, refs[t.id], reports=reports, signer=signer,
                                                              records=records, verifier=verifier, reuse_from=reuse_from))]
 
-    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict[str, Any] | None) -> None:
         sign_report(refs[t.id], rep, signer=signer, target=t, inventory=inventory if not gpu else None, os_name=t.os)
         verdict = "green" if rep.green else "NOT green"
         print(f"gpuforge: signed this run's {'GPU ' if gpu else ''}validation ({verdict}) of {t.id} onto {refs[t.id]}",
@@ -157,7 +157,7 @@ def validate_into_bundle(t: Target, *, out: Path, reports: Path, signer: attest.
     ref = recorded_ref(t, records, how="validate --bundle")  # refusals before the first check runs
     bundle.preflight(out, ref=ref, signer=signer)
 
-    def sign(t: Target, rep: Report, inventory: dict | None) -> None:
+    def sign(t: Target, rep: Report, inventory: dict[str, Any] | None) -> None:
         contents = sign_into_bundle(ref, rep, signer=signer, target=t, out=out)
         print(f"gpuforge: signed this run's GPU validation ({'green' if contents.green else 'NOT green'}) of {t.id} "
               f"about {ref} offline into {out} ({len(contents.statements)} statement(s), GPU "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
@@ -29,6 +30,10 @@ from in_toto_attestation.v1.statement import Statement
 from gpuforge.plan.target import ImageRef
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import GpuHost, Report
+
+if TYPE_CHECKING:
+    from gpuforge.plan.fleet import Pool
+    from gpuforge.plan.target import Target
 
 TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 VSA_TYPE = "https://slsa.dev/verification_summary/v1"
@@ -44,16 +49,16 @@ class NotStandard(ValueError):
     """A statement gpuforge was about to sign does not fit the standard's message type (a bug here, never input)."""
 
 
-def _sha256(data) -> str:
+def _sha256(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _entry(name: str, facts: dict, **extra) -> dict:
+def _entry(name: str, facts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A ResourceDescriptor for a fact: named, its canonical JSON's digest, the facts as annotations."""
     return {"name": name, "digest": {"sha256": _sha256(facts)}, "annotations": facts, **extra}
 
 
-def host_matches(pool, host: GpuHost) -> str | None:
+def host_matches(pool: Pool, host: GpuHost) -> str | None:
     """None when the GPU host a run saw is a node of `pool` (model, one of its drivers, at least its GPU count);
     else why not."""
     if host.gpu_models != [pool.model]:
@@ -89,7 +94,7 @@ def _outcomes(rep: Report) -> tuple[list[str], list[str], list[str]]:
     return passed, warned, failed
 
 
-def test_results(rep: Report, *, ref: str, target, signed_at: dt.datetime | None = None) -> list[dict]:
+def test_results(rep: Report, *, ref: str, target: Target, signed_at: dt.datetime | None = None) -> list[dict[str, Any]]:
     """The Test Result predicates of one validating run of `target` (a gpuforge.plan.target.Target) about `ref`: one
     per fleet pool the run's GPU host is a node of (a GPU run on no pool's node: one, scope GPU_UNPOOLED), one for a
     non-GPU run (scope IMAGE). Their configuration has a fixed order, which policies read by position (cosign checks
@@ -121,7 +126,7 @@ def test_results(rep: Report, *, ref: str, target, signed_at: dt.datetime | None
     return out
 
 
-def vsa(ref: str, *, env: str, requirements: dict, inputs: list[str], verified_at: dt.datetime | None = None) -> dict:
+def vsa(ref: str, *, env: str, requirements: dict[str, Any], inputs: list[str], verified_at: dt.datetime | None = None) -> dict[str, Any]:
     """The Verification Summary of one promotion of `ref` to `env`: `requirements` (what the environment asked
     for: gates, pools) by digest, `inputs` the sha256 of each signed statement it was decided from."""
     pred = {"verifier": {"id": VERIFIER_ID},
@@ -135,7 +140,7 @@ def vsa(ref: str, *, env: str, requirements: dict, inputs: list[str], verified_a
     return pred
 
 
-def check(type_uri: str, predicate: dict, ref: str) -> None:
+def check(type_uri: str, predicate: dict[str, Any], ref: str) -> None:
     """The predicate and its statement about `ref` against the in-toto message types; NotStandard when not."""
     try:
         body = dict(predicate)

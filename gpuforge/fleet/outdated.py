@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
@@ -22,6 +24,12 @@ from gpuforge.errors import ConfigError, FatalError
 from gpuforge.image import compat
 from gpuforge.plan.target import ImageRef
 from gpuforge.state import files
+
+if TYPE_CHECKING:
+    from gpuforge.plan.target import Target
+    from gpuforge.registry.attest import Verifier
+    from gpuforge.registry.client import RegistryAuth
+    from gpuforge.state.records import Records
 
 LOCK_NAME = "bases.lock"  # beside matrix.yaml: {"reference": "sha256:..."} for every pulled base
 # Only the security pocket, so what `-s upgrade` lists is security updates; the image's own lists are untouched
@@ -48,7 +56,7 @@ class Finding:
 
 # --- upstream: the compat data against the matrix -----------------------------------------------------------
 
-def upstream(targets) -> list[Finding]:
+def upstream(targets: Sequence[Target]) -> list[Finding]:
     out = []
     used = sorted({t.torch for t in targets}, key=Version)
     for series in sorted({".".join(v.split(".")[:2]) for v in used}):
@@ -76,7 +84,7 @@ def split_image(ref: str) -> tuple[str, str, str]:
     return c.registry, c.repository, str(c.tag)
 
 
-def pulled_bases(targets) -> list[str]:
+def pulled_bases(targets: Sequence[Target]) -> list[str]:
     """The FROM references gpuforge pulls (bootstrapped bases are built here, not pulled; digests are pinned)."""
     return sorted({t.base_image for t in targets if not t.bootstrap and "@" not in t.base_image})
 
@@ -98,10 +106,11 @@ def read_lock(path: Path) -> dict[str, str]:
     if bad:
         msg = f"{path}: {bad[0]}: not a sha256 digest (the lock maps each pulled base reference to sha256:<64 hex>)"
         raise ConfigError(msg)
-    return data
+    lock: dict[str, str] = data  # checked above: base reference -> sha256 digest
+    return lock
 
 
-def current_digest(ref: str, auth=None) -> str | None:
+def current_digest(ref: str, auth: RegistryAuth | None = None) -> str | None:
     """The digest a base reference names now (read with `auth`, a RegistryAuth; None: no credentials of ours)."""
     from gpuforge.registry.client import ANONYMOUS, Registry
 
@@ -109,7 +118,7 @@ def current_digest(ref: str, auth=None) -> str | None:
     return m.digest if m else None
 
 
-def bases(targets, lock: dict[str, str], auth=None) -> list[Finding]:
+def bases(targets: Sequence[Target], lock: dict[str, str], auth: RegistryAuth | None = None) -> list[Finding]:
     out = []
     for ref in pulled_bases(targets):
         try:
@@ -127,7 +136,7 @@ def bases(targets, lock: dict[str, str], auth=None) -> list[Finding]:
     return out
 
 
-def write_lock(targets, path: Path, auth=None) -> dict[str, str]:
+def write_lock(targets: Sequence[Target], path: Path, auth: RegistryAuth | None = None) -> dict[str, str]:
     lock = {ref: d for ref in pulled_bases(targets) if (d := current_digest(ref, auth))}
     files.write_output(path, json.dumps(lock, indent=2, sort_keys=True) + "\n")
     return lock
@@ -135,7 +144,7 @@ def write_lock(targets, path: Path, auth=None) -> dict[str, str]:
 
 # --- security updates inside built images -------------------------------------------------------------------
 
-def parse_apt_upgrade(text: str) -> list[dict]:
+def parse_apt_upgrade(text: str) -> list[dict[str, Any]]:
     """The security updates in `apt-get -s upgrade` output: one dict per `Inst` line from a *-security origin."""
     out = []
     for m in _INST.finditer(text):
@@ -168,7 +177,7 @@ def apt_security_output(image: str, os_name: str) -> str:
     return text
 
 
-def security(targets, records) -> list[Finding]:
+def security(targets: Sequence[Target], records: Records) -> list[Finding]:
     """Pending security updates in each target's built image (`records`: state.records.Records, this checkout's)."""
     out = []
     for t in targets:
@@ -188,7 +197,7 @@ def security(targets, records) -> list[Finding]:
 
 # --- prod digests whose CVE verdict turned red --------------------------------------------------------------
 
-def prod_cve(targets, *, verifier) -> list[Finding]:
+def prod_cve(targets: Sequence[Target], *, verifier: Verifier) -> list[Finding]:
     from gpuforge.cve import gate as cve
     from gpuforge.registry import attest
     from gpuforge.registry.client import Registry

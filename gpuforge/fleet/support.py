@@ -9,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gpuforge.evidence import coverage
 from gpuforge.image import compat
@@ -18,6 +20,15 @@ from gpuforge.validate import evidence
 from gpuforge.validate.report import summarize
 from gpuforge.validate.report_model import Report
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpuforge.plan.fleet import Pool
+    from gpuforge.plan.matrix import Matrix
+    from gpuforge.plan.target import Target
+    from gpuforge.registry.attest import Signer, Verifier
+    from gpuforge.state.records import Records
+
 NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
 
 
@@ -25,11 +36,11 @@ NOTES_TYPE = "https://gpuforge.dev/attestations/release-notes/v1"
 class Evidence:
     """What the registry holds, verified, about one digest of one target."""
 
-    target: object
+    target: Target
     digest: str | None  # the prod tag's digest; None: never promoted
     validation: list[Report] = field(default_factory=list)  # non-GPU and GPU validation predicates
-    cve: list[dict] = field(default_factory=list)
-    inventory: list[dict] = field(default_factory=list)
+    cve: list[dict[str, Any]] = field(default_factory=list)
+    inventory: list[dict[str, Any]] = field(default_factory=list)
     built_at: str | None = None
 
     def __post_init__(self) -> None:
@@ -47,18 +58,18 @@ class Evidence:
         return max(ok, key=lambda p: p.started or 0) if ok else None
 
 
-def _date(epoch) -> str:
+def _date(epoch: str | float | None) -> str:
     return dt.datetime.fromtimestamp(float(epoch), dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if epoch else "?"
 
 
-def pool_cell(pool, ev: Evidence) -> dict:
+def pool_cell(pool: Pool, ev: Evidence) -> dict[str, Any]:
     """This pool's evidence for this digest: the newest covering GPU attestation, else the newest red one from a
     host of the pool's model, else not validated (or excluded by the matrix)."""
     if pool.name in getattr(ev.target, "excluded_from", {}):
         return {"result": "excluded", "by": ev.target.excluded_from[pool.name]}
     if ev.digest is None:
         return {"result": "not promoted"}
-    kw = {"built_at": ev.built_at}
+    kw: dict[str, Any] = {"built_at": ev.built_at}
     green = [p for p in ev.gpu if coverage.covers(pool, p, **kw) is None]
     if green:
         best = max(green, key=lambda p: p.started or 0)
@@ -72,14 +83,14 @@ def pool_cell(pool, ev: Evidence) -> dict:
     return {"result": "not validated"}
 
 
-def support_rows(evs: list[Evidence], fleet) -> list[dict]:
+def support_rows(evs: list[Evidence], fleet: Sequence[Pool]) -> list[dict[str, Any]]:
     return [{"target": ev.target.id, "digest": ev.digest,
              "pools": {p.name: {"gpu": p.model, "drivers": list(p.drivers), **pool_cell(p, ev)} for p in fleet}}
             for ev in evs]
 
 
-def _cell_text(c: dict) -> str:
-    r = c["result"]
+def _cell_text(c: dict[str, Any]) -> str:
+    r: str = c["result"]
     if r == "green":
         return f"green {c['date']} (driver {c['driver']})"
     if r == "red":
@@ -89,7 +100,7 @@ def _cell_text(c: dict) -> str:
     return r
 
 
-def render_support(rows: list[dict], fleet, fmt: str) -> str:
+def render_support(rows: list[dict[str, Any]], fleet: Sequence[Pool], fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"pools": [p.as_dict() for p in fleet], "rows": rows}, indent=2, sort_keys=True) + "\n"
     head = ["target", "prod digest", *(f"{p.name} ({p.model}, {'/'.join(p.drivers)})" for p in fleet)]
@@ -105,8 +116,8 @@ def render_support(rows: list[dict], fleet, fmt: str) -> str:
 
 # --- release notes -----------------------------------------------------------------------------------------
 
-def _skips(preds: list[Report]) -> list[dict]:
-    seen: dict[tuple, dict] = {}
+def _skips(preds: list[Report]) -> list[dict[str, Any]]:
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for p in preds:
         for c in p.checks:
             if c.outcome == "skipped":
@@ -116,7 +127,7 @@ def _skips(preds: list[Report]) -> list[dict]:
     return list(seen.values())
 
 
-def release_notes(ev: Evidence, fleet, *, previous: Evidence | None = None) -> dict:
+def release_notes(ev: Evidence, fleet: Sequence[Pool], *, previous: Evidence | None = None) -> dict[str, Any]:
     """The notes of one promoted digest: versions read from inside the image, driver floor, GPU models validated,
     known issues (skips and reasons), the CVE verdict, size and its change from the previous prod digest."""
     t = ev.target
@@ -150,7 +161,7 @@ def release_notes(ev: Evidence, fleet, *, previous: Evidence | None = None) -> d
     }
 
 
-def render_notes(n: dict) -> str:
+def render_notes(n: dict[str, Any]) -> str:
     v = n["versions"]
     cve = n["cve"]
     change = n["size_change_gb"]
@@ -180,7 +191,7 @@ def render_notes(n: dict) -> str:
 
 # --- reading the registry ----------------------------------------------------------------------------------
 
-def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
+def collect(t: Target, *, verifier: Verifier, records: Records, digest: str | None = None) -> Evidence:
     """The verified statements about `t`'s prod digest (or `digest`); `records` (state.records.Records) gives the
     build time of a digest pushed from this checkout."""
     from gpuforge.cve import gate as cve
@@ -202,7 +213,7 @@ def collect(t, *, verifier, records, digest: str | None = None) -> Evidence:
     return ev
 
 
-def support_cli(m, targets, *, fmt: str, verifier, records) -> str:
+def support_cli(m: Matrix, targets: Sequence[Target], *, fmt: str, verifier: Verifier, records: Records) -> str:
     from gpuforge.plan import fleet
 
     pools = fleet.pools_of(m)
@@ -213,8 +224,9 @@ def support_cli(m, targets, *, fmt: str, verifier, records) -> str:
     return text
 
 
-def notes_cli(m, targets, *, fmt: str, verifier, records, digest: str | None,
-              previous: str | None, output, signer=None, sign: bool = False) -> str:
+def notes_cli(m: Matrix, targets: Sequence[Target], *, fmt: str, verifier: Verifier, records: Records,
+              digest: str | None, previous: str | None, output: str | Path | None, signer: Signer | None = None,
+              sign: bool = False) -> str:
     """Release notes of each target's prod digest (or --digest), against --previous; written under `output`
     (notes.json + notes.md per target), to the step summary, and signed onto the digest with --attest."""
     from pathlib import Path

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import yaml
 from packaging.version import InvalidVersion, Version
 
 
 @functools.cache
-def data() -> dict:
+def data() -> dict[str, Any]:
     text = resources.files("gpuforge.image").joinpath("data/compat.yaml").read_text()
-    return yaml.safe_load(text)
+    loaded: dict[str, Any] = yaml.safe_load(text)  # the packaged compat.yaml: a mapping
+    return loaded
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +40,7 @@ class Variant:
     on_pypi: bool  # the variant PyPI's plain `torch` wheel is
     arch_list: tuple[str, ...]
     ptx: tuple[str, ...]
-    nvidia_pins: dict = field(hash=False, compare=False)
+    nvidia_pins: dict[str, Any] = field(hash=False, compare=False)
     pythons: tuple[str, ...]
     unconfirmed: bool = False
     cuda_headers: str | None = None  # the nvcc wheel (name==version) whose crt/ headers a runtime CUDA_HOME takes
@@ -95,8 +98,9 @@ def os_names() -> list[str]:
     return sorted(data()["os"])
 
 
-def os_info(os_name: str) -> dict | None:
-    return data()["os"].get(os_name)
+def os_info(os_name: str) -> dict[str, Any] | None:
+    info: dict[str, Any] | None = data()["os"].get(os_name)
+    return info
 
 
 def cuda_image(cuda: str, flavor: str, os_name: str, template: str) -> tuple[str | None, str | None]:
@@ -162,7 +166,8 @@ def parse_driver(text: str) -> Version:
 
 
 def min_driver(cuda: str) -> str | None:
-    return data()["cuda_driver_min"].get(_minor(cuda))
+    least: str | None = data()["cuda_driver_min"].get(_minor(cuda))
+    return least
 
 
 def _minor(cuda: str) -> str:
@@ -259,10 +264,11 @@ def gpu_models() -> list[str]:
 
 def gpu_capability(model: str) -> str | None:
     """The compute capability of a GPU model ("H200" -> "9.0"), or None for a model the data does not list."""
-    return data()["gpu_capability"].get(model)
+    capability: str | None = data()["gpu_capability"].get(model)
+    return capability
 
 
-def model_key(name: str, keys) -> str | None:
+def model_key(name: str, keys: Iterable[str]) -> str | None:
     """The key of `keys` naming the GPU called `name` (an NVML or CUDA device name), or None: every word of the key
     must be a word of the name, and the longest key wins ("H100 PCIe" over "H100", "RTX 5090" needs both words)."""
     words = re.split(r"[\s-]+", name.upper())
@@ -334,7 +340,7 @@ def variants_supporting(torch: str, capability: str) -> list[str]:
 
 # --- smoke thresholds (host-side: the validator passes them to the in-image programs) ------------
 
-def smoke_thresholds() -> dict:
+def smoke_thresholds() -> dict[str, Any]:
     """The bars the GPU smoke suite is held to; the validator reads them here, on the host."""
     return dict(data()["smoke_thresholds"])
 

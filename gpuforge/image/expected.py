@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
 _PIN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}==[0-9][0-9.]{0,31}")
@@ -85,7 +86,7 @@ class Expected:
         return cls.from_dict(raw, str(p))
 
     @classmethod
-    def coerce(cls, value: Expected | Mapping, source: str = "target") -> Expected:
+    def coerce(cls, value: Expected | Mapping[str, Any], source: str = "target") -> Expected:
         return value if isinstance(value, Expected) else cls.from_dict(value, source)
 
     def merged(self, overrides: Mapping[str, str], source: str) -> Expected:
@@ -96,7 +97,7 @@ class Expected:
 
     # --- writing ---------------------------------------------------------------------------------
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The given fields, JSON-ready (lists for the arch fields)."""
         out = {}
         for k, v in asdict(self).items():
@@ -111,7 +112,7 @@ class Expected:
 FIELDS = tuple(f.name for f in fields(Expected))
 
 
-def _field(key: str, value: object, source: str, text: bool):
+def _field(key: str, value: object, source: str, text: bool) -> Any:
     def bad(allowed: str) -> ExpectedError:
         return ExpectedError(f"{source}: {key}={value!r} is not {allowed}; {WHAT_TO_DO}")
 

@@ -10,8 +10,10 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 PROC_VERSION = Path("/proc/driver/nvidia/version")
 LDCONF = Path("/etc/ld.so.conf")
@@ -60,13 +62,13 @@ def _ld_conf_dirs(conf: Path = LDCONF, conf_d: Path = LDCONF_D) -> list[str]:
     return out
 
 
-def find_compat_package(env: dict | None = None, conf: Path = LDCONF, conf_d: Path = LDCONF_D) -> str:
+def find_compat_package(env: Mapping[str, str] | None = None, conf: Path = LDCONF, conf_d: Path = LDCONF_D) -> str:
     """The folder of a cuda-compat libcuda (…/cuda-X.Y/compat) the loader will use, or "".
 
     Found on LD_LIBRARY_PATH or in an ld.so.conf(.d) entry; only a folder that holds libcuda.so.1 counts.
     """
     env = os.environ if env is None else env
-    dirs = env.get("LD_LIBRARY_PATH", "").split(":") + _ld_conf_dirs(conf, conf_d)
+    dirs: list[str] = env.get("LD_LIBRARY_PATH", "").split(":") + _ld_conf_dirs(conf, conf_d)
     for d in dirs:
         if d and d.rstrip("/").endswith("/compat") and (Path(d) / "libcuda.so.1").exists():
             return d
@@ -86,11 +88,11 @@ def device_nodes(dev: Path = DEV) -> tuple[str, ...]:
     return tuple(str(dev / n) for n in sorted(names, key=lambda n: int(_NODE.match(n).group(1))))
 
 
-def _text(x) -> str:
+def _text(x: object) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
-def nvml_probe(pynvml) -> HostGpus:
+def nvml_probe(pynvml: ModuleType) -> HostGpus:  # the pynvml module (no stubs: its calls are Any)
     """Driver and GPUs through NVML. An NVML error on one device records that device as unknown
     instead of losing the others (or crashing the entrypoint)."""
     try:

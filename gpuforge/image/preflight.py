@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpuforge.image import compat, hostinfo
 from gpuforge.image.expected import Expected
@@ -22,7 +24,7 @@ EXIT_INCOMPATIBLE = 70
 GPU_REQUEST_HINT = "docker run --gpus all (NVIDIA container runtime) or --device nvidia.com/gpu=all (CDI)"
 
 
-def verdict_for(expected: Expected | dict, host: hostinfo.HostGpus) -> compat.Verdict:
+def verdict_for(expected: Expected | dict[str, Any], host: hostinfo.HostGpus) -> compat.Verdict:
     """The driver verdict for this host: forward compatibility counts only on datacenter GPUs with a
     cuda-compat libcuda loaded, and a compat libcuda on any other GPU is an error (804)."""
     expected = Expected.coerce(expected)
@@ -46,7 +48,7 @@ def no_device_reason(host: hostinfo.HostGpus) -> str:
     return f"no /dev/nvidiaN device node: the container was started without a GPU request; start with {GPU_REQUEST_HINT}"
 
 
-def check(expected: Expected | dict, host: hostinfo.HostGpus) -> tuple[str, list[str]]:
+def check(expected: Expected | dict[str, Any], host: hostinfo.HostGpus) -> tuple[str, list[str]]:
     """('no-gpu' | 'no-device' | 'unknown' | 'incompatible' | 'ok', messages); the first message is the
     driver verdict (or why there is none).
 
@@ -75,7 +77,7 @@ def check(expected: Expected | dict, host: hostinfo.HostGpus) -> tuple[str, list
     return ("incompatible" if bad else "ok"), msgs
 
 
-def decide(state: str, msgs: list[str], env: dict) -> tuple[int, list[str]]:
+def decide(state: str, msgs: list[str], env: dict[str, Any]) -> tuple[int, list[str]]:
     """(exit code, stderr lines) for a check() outcome under the user's environment switches."""
     if state == "no-gpu":
         return 0, [f"gpuforge: warning: {msgs[0]}"]
@@ -92,7 +94,8 @@ def decide(state: str, msgs: list[str], env: dict) -> tuple[int, list[str]]:
     return 0, [f"gpuforge: {m}" for m in msgs] if verbose else [f"gpuforge: warning: {m}" for m in msgs[1:]]
 
 
-def main(argv: list[str] | None = None, *, detect=hostinfo.detect, env: dict | None = None) -> int:
+def main(argv: list[str] | None = None, *, detect: Callable[[], hostinfo.HostGpus] = hostinfo.detect,
+         env: dict[str, Any] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--target", type=Path, default=Path("/opt/gpuforge/target.json"))
     ap.add_argument("--verbose", action="store_true", help="also print the verdict when all is well")

@@ -25,7 +25,10 @@ import ctypes
 import os
 import re
 import resource
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any, Protocol, TypeVar
 
 HOST, IMAGE, UNKNOWN = "host", "image", "unknown"
 # verdict()'s exit codes: ready, the image at fault, the node not fit, not shown fit (an unknown that blocks)
@@ -60,20 +63,29 @@ class Finding:
     unknown: bool = False  # the check could not look: ok unless unknowns block (then blamed on "unknown")
 
 
+T = TypeVar("T")
+
+
+class Add(Protocol):
+    """How a verdict function records one finding (judge_r1's and judge_r2's `add`)."""
+
+    def __call__(self, check: str, ok: bool, figure: str, reason: str = ..., blame: str = ...) -> None: ...
+
+
 # --- facts --------------------------------------------------------------------------------------------------------
 
-def _try(fn, *a):
+def _try(fn: Callable[..., T], *a: object) -> T | dict[str, str]:
     try:
         return fn(*a)
     except Exception as e:  # a probe records what went wrong and goes on
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def _text(v) -> str:
+def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _cuda_seen() -> dict:
+def _cuda_seen() -> dict[str, Any]:
     """What the CUDA driver API sees (it honours CUDA_VISIBLE_DEVICES; NVML does not)."""
     lib = ctypes.CDLL("libcuda.so.1")
     n = ctypes.c_int(0)
@@ -84,7 +96,7 @@ def _cuda_seen() -> dict:
     return {"count": n.value}
 
 
-def _gpu(nv, i: int) -> dict:
+def _gpu(nv: ModuleType, i: int) -> dict[str, Any]:  # nv: the pynvml module (no stubs)
     h = nv.nvmlDeviceGetHandleByIndex(i)
     g = {"index": i, "name": _text(nv.nvmlDeviceGetName(h)), "uuid": _text(nv.nvmlDeviceGetUUID(h))}
     g["persistence"] = _try(nv.nvmlDeviceGetPersistenceMode, h)
@@ -102,12 +114,12 @@ def _gpu(nv, i: int) -> dict:
     return g
 
 
-def _nvml() -> dict:
+def _nvml() -> dict[str, Any]:
     import pynvml as nv  # nvidia-ml-py
 
     nv.nvmlInit()
     try:
-        out = {"driver": _text(nv.nvmlSystemGetDriverVersion())}
+        out: dict[str, Any] = {"driver": _text(nv.nvmlSystemGetDriverVersion())}
         out["gpus"] = [_gpu(nv, i) for i in range(nv.nvmlDeviceGetCount())]
         return out
     finally:
@@ -131,11 +143,11 @@ def _kernel_log() -> str:
     return "".join(chunks)
 
 
-def xid_events(log: str) -> list[dict]:
+def xid_events(log: str) -> list[dict[str, Any]]:
     return [{"pci": m.group(1).split(",")[0], "xid": int(m.group(2))} for m in _XID.finditer(log)]
 
 
-def xid() -> dict:
+def xid() -> dict[str, Any]:
     """XID errors since boot from this machine's kernel log, or {"error": ...} where it cannot be read."""
     return _try(lambda: {"source": "/dev/kmsg", "events": xid_events(_kernel_log())})
 
@@ -145,10 +157,10 @@ def _limit(res: int) -> int:
     return -1 if soft == resource.RLIM_INFINITY else soft
 
 
-def collect(env: dict | None = None) -> dict:
+def collect(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The r1 facts of the place this runs in; each fact holds {"error": ...} when it could not be read."""
     env = os.environ if env is None else env
-    facts = {"level": "r1", "visible": {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")},
+    facts: dict[str, Any] = {"level": "r1", "visible": {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")},
              "require_cuda": env.get("NVIDIA_REQUIRE_CUDA", "")}
     facts["nvml"] = _try(_nvml)
     facts["cuda"] = _try(_cuda_seen)
@@ -160,8 +172,9 @@ def collect(env: dict | None = None) -> dict:
 
 # --- verdicts -----------------------------------------------------------------------------------------------------
 
-def _err(v) -> str | None:
-    return v["error"] if isinstance(v, dict) and "error" in v else None
+def _err(v: object) -> str | None:
+    error: str | None = v["error"] if isinstance(v, dict) and "error" in v else None  # a probe's {"error": text}
+    return error
 
 
 def _ver(text: str) -> tuple[int, ...]:
@@ -173,7 +186,8 @@ def _gib(n: int) -> str:
             else f"{n >> 10} KiB")
 
 
-def _per_gpu(gpus: list[dict], key: str, bad, say, unsupported: str = "") -> tuple[bool, str, str]:
+def _per_gpu(gpus: list[dict[str, Any]], key: str, bad: Callable[[Any], object], say: Callable[[Any], str],
+             unsupported: str = "") -> tuple[bool, str, str]:
     """(ok, figure, reason) of one NVML fact over every GPU: `bad(value)` says it fails, `say(value)` shows it;
     `unsupported`, when given, is what a GPU whose NVML answers "not supported" shows (it passes)."""
     figs, reasons = [], []
@@ -193,13 +207,13 @@ def _per_gpu(gpus: list[dict], key: str, bad, say, unsupported: str = "") -> tup
     return not reasons, "; ".join(figs), "; ".join(reasons)
 
 
-def judge(facts: dict, *, request: int | None, image_cuda: str, bars: dict) -> list[Finding]:
+def judge(facts: dict[str, Any], *, request: int | None, image_cuda: str, bars: dict[str, Any]) -> list[Finding]:
     """One finding per check of CHECKS. `request`: the GPUs asked for (None: all the node has); `image_cuda`: the
     CUDA the image carries (its label); `bars`: compat data's `readiness` (bars())."""
     out: list[Finding] = []
     blocks = bool(bars.get("unknown_blocks"))
 
-    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST):
+    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST) -> None:
         if blame == UNKNOWN and not ok:  # could not look: passes, named, unless unknowns block
             out.append(Finding(check, not blocks, UNKNOWN if blocks else "", figure, reason, unknown=True))
             return
@@ -251,7 +265,7 @@ def judge(facts: dict, *, request: int | None, image_cuda: str, bars: dict) -> l
     return out
 
 
-def _gpus_seen(add, facts: dict, gpus: list[dict], request: int | None) -> None:
+def _gpus_seen(add: Add, facts: dict[str, Any], gpus: list[dict[str, Any]], request: int | None) -> None:
     cuda = facts.get("cuda") or {"error": "not read"}
     want = len(gpus) if request is None else request
     vis = ", ".join(f"{k}={v!r}" for k, v in facts.get("visible", {}).items() if v is not None) or "no *_VISIBLE_DEVICES"
@@ -268,7 +282,7 @@ def _gpus_seen(add, facts: dict, gpus: list[dict], request: int | None) -> None:
     add("gpus_seen", False, fig, f"{asked}, CUDA sees {seen}{init} ({vis})")
 
 
-def _require(add, facts: dict, image_cuda: str) -> None:
+def _require(add: Add, facts: dict[str, Any], image_cuda: str) -> None:
     """The image's own claim: NVIDIA_REQUIRE_CUDA above the CUDA it carries makes the runtime refuse drivers that
     would run it (or, through CDI, says nothing). The image's fault, judged without a GPU."""
     text = facts.get("require_cuda", "")
@@ -281,7 +295,7 @@ def _require(add, facts: dict, image_cuda: str) -> None:
         add("require_cuda", True, fig)
 
 
-def _driver(add, facts: dict, driver: str, image_cuda: str) -> None:
+def _driver(add: Add, facts: dict[str, Any], driver: str, image_cuda: str) -> None:
     from gpuforge.image import compat  # PyYAML: present on the host and in every image
 
     try:
@@ -293,7 +307,7 @@ def _driver(add, facts: dict, driver: str, image_cuda: str) -> None:
     add("driver", v.ok, f"driver {driver}, CUDA {image_cuda}: {v.kind}", v.message)
 
 
-def _mig(add, gpus: list[dict]) -> None:
+def _mig(add: Add, gpus: list[dict[str, Any]]) -> None:
     ok, fig, why = _per_gpu(gpus, "mig_mode", lambda v: (
         "MIG is on: the whole GPU asked for is split into instances" if v[0] == 1 else
         "a MIG change waits for a GPU reset" if v[1] != v[0] else ""), lambda v: f"current {v[0]}, pending {v[1]}")
@@ -315,7 +329,7 @@ def kmsg_missing(error: str) -> str:
     return "the kernel log could not be read"
 
 
-def _xid(add, xid, bars: dict) -> None:
+def _xid(add: Add, xid: Any, bars: dict[str, Any]) -> None:  # xid: the xid fact (JSON)
     if _err(xid) or xid is None:
         error = _err(xid) or "not read"
         # Closed by the container's or the runner's settings, not a sign of the node's health: not known, and
@@ -328,7 +342,7 @@ def _xid(add, xid, bars: dict) -> None:
         "XID errors since boot: " + ", ".join(f"{e['xid']} on {e['pci']}" for e in bad[:8]))
 
 
-def _limits(add, facts: dict, bars: dict) -> None:
+def _limits(add: Add, facts: dict[str, Any], bars: dict[str, Any]) -> None:
     mem, shm = facts.get("memlock"), facts.get("shm")
     floor = bars["memlock_min_bytes"]
     if _err(mem) or mem is None:
@@ -352,7 +366,7 @@ def shm_problem(size: int, floor: int) -> str | None:
             "batches through it and die with a bus error when it fills (docker run --shm-size 8g or --ipc=host)")
 
 
-def judge_level(facts: dict, level: str, *, request: int | None, image_cuda: str, bars: dict) -> list[Finding]:
+def judge_level(facts: dict[str, Any], level: str, *, request: int | None, image_cuda: str, bars: dict[str, Any]) -> list[Finding]:
     """The findings of a level: r1's from the facts, and at r2 judge_r2's from the figures under facts["speed"]."""
     found = judge(facts, request=request, image_cuda=image_cuda, bars=bars)
     if level == "r2":
@@ -364,12 +378,12 @@ def _blame(error: str) -> str:
     return IMAGE if _IMAGE_ERROR.search(error) and not _HOST_ERROR.search(error) else HOST
 
 
-def judge_r2(speed: dict, *, bars: dict) -> list[Finding]:
+def judge_r2(speed: dict[str, Any], *, bars: dict[str, Any]) -> list[Finding]:
     """One finding per check of R2_CHECKS from r2's figures: {"gpus": [speed.measure() per GPU], "fusion": the smoke
     program's fusion figures, "allreduce": multi_gpu.py's (more than one GPU)} or {"error": why none was measured}."""
     out: list[Finding] = []
 
-    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST):
+    def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST) -> None:
         out.append(Finding(check, ok, "" if ok else blame, figure, "" if ok else reason))
 
     if _err(speed):
@@ -384,7 +398,7 @@ def judge_r2(speed: dict, *, bars: dict) -> list[Finding]:
     return out
 
 
-def _guarded(check: str, judge, add, *args) -> None:
+def _guarded(check: str, judge: Callable[..., None], add: Add, *args: Any) -> None:
     """judge(add, ...) of one r2 check, or a failure naming the figures the image's program left out or mangled."""
     try:
         judge(add, *args)
@@ -393,7 +407,7 @@ def _guarded(check: str, judge, add, *args) -> None:
             blame=IMAGE)
 
 
-def _speed(add, check: str, gpus: list[dict], r2: dict) -> None:
+def _speed(add: Add, check: str, gpus: list[dict[str, Any]], r2: dict[str, Any]) -> None:
     """One speed figure over every GPU against its model's floor."""
     from gpuforge.image.compat import model_key  # PyYAML: present on the host and in every image
 
@@ -432,7 +446,7 @@ def _speed(add, check: str, gpus: list[dict], r2: dict) -> None:
     add(check, not reasons, "; ".join(figs), "; ".join(reasons), blame=IMAGE if blames == {IMAGE} else HOST)
 
 
-def _fusion(add, f: dict, least: float) -> None:
+def _fusion(add: Add, f: dict[str, Any], least: float) -> None:
     """The fused kernel's bandwidth against a copy on the same GPU: a ratio, so the node's speed cancels out and a
     low one is the image's compiler stack (Inductor, Triton) at fault."""
     if _err(f):
@@ -449,7 +463,7 @@ def _fusion(add, f: dict, least: float) -> None:
     add("fusion", not why, fig, why, blame=IMAGE)
 
 
-def _allreduce(add, ar: dict | None, n_gpus: int, floors: dict) -> None:
+def _allreduce(add: Add, ar: dict[str, Any] | None, n_gpus: int, floors: dict[str, Any]) -> None:
     from gpuforge.image.compat import model_key
 
     if n_gpus < 2 and ar is None:
@@ -473,7 +487,7 @@ def _allreduce(add, ar: dict | None, n_gpus: int, floors: dict) -> None:
     add("allreduce", not why, fig, why)
 
 
-def bars() -> dict:
+def bars() -> dict[str, Any]:
     """The readiness bars from the compat data (the host's copy: an image never sets its own bar): `readiness`, with
     the fused kernel's ratio and the all-reduce floors from where the smoke suite keeps them."""
     from gpuforge.image import compat
@@ -512,6 +526,6 @@ def _said(bad: list[Finding]) -> str:
     return "; ".join(f"{', '.join(checks)}: {reason}" for reason, checks in by.items())
 
 
-def report(facts: dict, findings: list[Finding], level: str = "r1") -> dict:
+def report(facts: dict[str, Any], findings: list[Finding], level: str = "r1") -> dict[str, Any]:
     line, code = verdict(findings, level)
     return {"level": level, "verdict": line, "exit": code, "findings": [asdict(f) for f in findings], "facts": facts}

@@ -22,7 +22,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 CRASH_EXIT = 5  # the image's fault, as readiness's IMAGE AT FAULT
 
@@ -34,14 +36,14 @@ class Child:
     stopped_by: int | None = None  # the signal this process was stopped by and passed on, if any
 
 
-def run(argv: list[str], env: dict | None = None) -> Child:
+def run(argv: list[str], env: dict[str, Any] | None = None) -> Child:
     """Run the child with stderr shared and stdout to a file, passing SIGTERM and SIGINT on. A file, not a pipe: a
     worker the child leaves behind may keep a pipe open long after the child is gone; the child's exit is the end."""
     stopped: list[int] = []
     with tempfile.TemporaryFile(mode="w+") as out:
         p = subprocess.Popen(argv, stdout=out, stdin=subprocess.DEVNULL, env=env)
 
-        def forward(signum, _frame):
+        def forward(signum: int, _frame: object) -> None:
             stopped.append(signum)
             if p.poll() is None:
                 p.send_signal(signum)
@@ -56,7 +58,7 @@ def run(argv: list[str], env: dict | None = None) -> Child:
         return Child(returncode=rc, stdout=out.read(), stopped_by=stopped[0] if stopped else None)
 
 
-def _report(stdout: str) -> dict | None:
+def _report(stdout: str) -> dict[str, Any] | None:
     """The child's report: its stdout's last line, a JSON object with a verdict and an exit code."""
     lines = stdout.strip().splitlines()
     try:
@@ -78,7 +80,7 @@ def how_it_ended(returncode: int) -> str:
     return f"exited {returncode}"
 
 
-def settle(child: Child, level: str) -> tuple[str, int, dict]:
+def settle(child: Child, level: str) -> tuple[str, int, dict[str, Any]]:
     """(verdict line, exit code, report to print) of a finished child."""
     rep = _report(child.stdout)
     said = f"its verdict ({rep['verdict']!r}, exit {rep['exit']})" if rep else "its verdict"
@@ -103,7 +105,7 @@ def settle(child: Child, level: str) -> tuple[str, int, dict]:
     return line, code, {"level": level, "verdict": line, "exit": code, "probe": crash, "child_report": rep}
 
 
-def finish(report: str, line: str, code: int):
+def finish(report: str, line: str, code: int) -> NoReturn:
     """The process's last act: the report on stdout, the verdict line on stderr, both flushed, then os._exit."""
     try:
         sys.stdout.write(report + "\n")
@@ -114,7 +116,8 @@ def finish(report: str, line: str, code: int):
         os._exit(code)
 
 
-def probe(argv: list[str], *, level: str, label: str, out: str | None = None, extra_s=None):
+def probe(argv: list[str], *, level: str, label: str, out: str | None = None,
+          extra_s: Callable[[dict[str, Any]], float | None] | None = None) -> NoReturn:
     """Run the child `argv`, settle its verdict and end this process with it (never returns). `label` starts the
     verdict line ('gpuforge selftest r2'); `out`: also write the report there; `extra_s(report)`: the seconds shown
     after the verdict, or None."""

@@ -9,11 +9,15 @@ data (gpuforge.image.compat) is the only source of facts: arch lists, driver flo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from gpuforge import grammar
 from gpuforge.errors import SelectorError
 from gpuforge.image import compat
 from gpuforge.plan import selectors
+
+if TYPE_CHECKING:
+    from gpuforge.plan.target import Target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +39,7 @@ class Pool:
         return (f"{self.name} ({self.model}, {self.sm}, driver {', '.join(self.drivers)}, {self.gpus} GPU"
                 f"{'s' if self.gpus > 1 else ''}, runs-on {', '.join(self.runs_on)})")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"pool": self.name, "gpu_model": self.model, "capability": self.capability,
                 "drivers": list(self.drivers), "runs_on": list(self.runs_on), "gpus": self.gpus}
 
@@ -45,7 +49,7 @@ def _arch_text(v: compat.Variant) -> str:
     return f"{v.arch_list[0]}..{v.arch_list[-1]} ({ptx})" if v.arch_list else ptx
 
 
-def _pools(spec, problems) -> list[tuple[Pool, list]]:
+def _pools(spec, problems) -> list[tuple[Pool, list[Any]]]:
     """The pools whose own fields are sound, each with its compiled exclude selectors."""
     out = []
     known = compat.gpu_models()
@@ -77,10 +81,10 @@ def _pools(spec, problems) -> list[tuple[Pool, list]]:
     return out
 
 
-def why_not(pool: Pool, t) -> list[tuple[tuple, str, object]]:
+def why_not(pool: Pool, t: Target) -> list[tuple[tuple[str | int, ...], str, object]]:
     """(loc below the pool, problem, group key) for each reason `pool` cannot run target `t`; [] when it can."""
     v = t.variant
-    out = []
+    out: list[tuple[tuple[str | int, ...], str, object]] = []
     if not compat.arch_supported(pool.capability, v.arch_list, v.ptx):
         can = compat.variants_supporting(v.torch, pool.capability)
         fix = f"use a CUDA variant that has it ({', '.join(can)})" if can else "no torch variant in the compat data has it"
@@ -97,7 +101,7 @@ def why_not(pool: Pool, t) -> list[tuple[tuple, str, object]]:
     return out
 
 
-def assign(spec, targets: list, problems) -> list:
+def assign(spec, targets: list[Any], problems) -> list[Any]:
     """Targets with `.pools` set (the pools that validate each, in file order) and `.excluded_from` (pool ->
     the exclude entry that removed it); every target a pool cannot run and does not exclude is a problem."""
     pools = _pools(spec, problems)
@@ -129,7 +133,7 @@ def assign(spec, targets: list, problems) -> list:
 ANY_GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
 
 
-def gpu_matrix(targets: list) -> list[dict]:
+def gpu_matrix(targets: list[Any]) -> list[dict[str, Any]]:
     """One row per (target, pool) for the workflow's GPU validation job: `runs-on` the pool's labels; a target no pool
     validates (matrix.yaml declares no fleet, or its pools all exclude it) gets one row on ANY_GPU_RUNNER, pool "any"."""
     rows = []

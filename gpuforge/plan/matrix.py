@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -42,7 +43,7 @@ _ENV_SUFFIX = max(len(f"-{e}") for e in (*ENVS, "zstd"))
 BOOTSTRAP_ROOTFS = 3
 
 
-def bootstrap_tag(os_name: str, boot: dict) -> str:
+def bootstrap_tag(os_name: str, boot: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(boot, sort_keys=True).encode()).hexdigest()[:12]
     return f"gpuforge/base:{os_name.replace('.', '')}-{boot['suite']}-{digest}"
 
@@ -78,9 +79,9 @@ class Problems:
 
     def __init__(self, doc: Positioned):
         self.doc = doc
-        self._items: dict[tuple, tuple[str, list[str]]] = {}
+        self._items: dict[tuple[Any, ...], tuple[str, list[str]]] = {}
 
-    def add(self, loc: tuple, message: str, target: str | None = None, *, key: object = None) -> None:
+    def add(self, loc: tuple[Any, ...], message: str, target: str | None = None, *, key: object = None) -> None:
         """`key` groups messages that differ per target (a rendered tag) as one problem of that value."""
         _, ids = self._items.setdefault((tuple(loc), key or message), (message, []))
         if target:
@@ -101,10 +102,10 @@ class Problems:
 
 @dataclass
 class _Row:
-    values: dict  # axis -> value, plus the settings of include entries merged in
-    locs: dict  # axis -> loc of the value that set it
-    origin: tuple  # ("matrix",) or ("matrix", "include", i)
-    includes: list = field(default_factory=list)  # indexes of include entries merged into a product row
+    values: dict[str, Any]  # axis -> value, plus the settings of include entries merged in
+    locs: dict[str, Any]  # axis -> loc of the value that set it
+    origin: tuple[Any, ...]  # ("matrix",) or ("matrix", "include", i)
+    includes: list[Any] = field(default_factory=list)  # indexes of include entries merged into a product row
 
 
 def _expand(spec: MatrixFile, doc: Positioned, problems: Problems) -> list[_Row] | None:
@@ -145,9 +146,9 @@ class _Matching:
 
     def __init__(self, axes: list[str], rows: list[_Row]):
         self.axes, self.rows = axes, list(rows)
-        self.index: dict[tuple, dict[tuple, list[_Row]]] = {}
+        self.index: dict[tuple[Any, ...], dict[tuple[Any, ...], list[_Row]]] = {}
 
-    def __call__(self, entry: dict) -> list[_Row]:
+    def __call__(self, entry: dict[str, Any]) -> list[_Row]:
         keys = tuple(k for k in self.axes if k in entry)
         if keys not in self.index:
             self.index[keys] = {}
@@ -200,7 +201,7 @@ def _complete(rows: list[_Row], problems: Problems) -> list[_Row]:
     return out
 
 
-def _show(values: dict) -> str:
+def _show(values: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in values.items() if k in AXES) + "}"
 
 
@@ -209,7 +210,7 @@ _BLAME = (("is not a known release", "torch"), ("publishes no CUDA", "cuda"), ("
           ("unknown os", "os"), ("ships python", "python"), ("no nvidia/cuda base image", "cuda"), ("nvidia/cuda", "os"))
 
 
-def _blame(row: _Row, problem: str) -> tuple[tuple, str]:
+def _blame(row: _Row, problem: str) -> tuple[tuple[Any, ...], str]:
     """(loc of the axis value the problem is about, the problem with a nearest allowed value for typos)."""
     axis = next((a for text, a in _BLAME if text in problem), None)
     allowed = re.search(r"\(allowed: ([^)]*)\)", problem)
@@ -225,7 +226,7 @@ class _Resolver:
     def __init__(self, spec: MatrixFile, doc: Positioned, problems: Problems):
         self.spec, self.problems = spec, problems
         self.hits = [0] * len(spec.overrides)
-        self.cache: dict[tuple, tuple[Settings, dict]] = {}
+        self.cache: dict[tuple[Any, ...], tuple[Settings, dict[str, Any]]] = {}
         self.compiled = []
         for i, ov in enumerate(spec.overrides):
             try:
@@ -242,7 +243,7 @@ class _Resolver:
             self.hits[i] += 1
         return hits
 
-    def resolve(self, row: _Row, hits: tuple[int, ...]) -> tuple[Settings, dict]:
+    def resolve(self, row: _Row, hits: tuple[int, ...]) -> tuple[Settings, dict[str, Any]]:
         key = (hits, tuple(row.includes))
         if key not in self.cache:
             values = self.spec.defaults.model_dump()
@@ -307,7 +308,7 @@ def _check_extra_ca(spec: MatrixFile, path: Path, problems: Problems) -> None:
         problems.add(("extra_ca",), f"{why} (a PEM CA bundle; a relative path is read from the matrix file's folder)")
 
 
-def _pip_pin_conflicts(settings: Settings, source: dict, variant: compat.Variant) -> list[tuple[tuple, str]]:
+def _pip_pin_conflicts(settings: Settings, source: dict[str, Any], variant: compat.Variant) -> list[tuple[tuple[Any, ...], str]]:
     """pip_packages may not move a CUDA wheel that the target's constraints pin (pip would fail at build)."""
     pins = {canonicalize_name(k): (k, v) for k, v in variant.nvidia_pins.items()}
     out = []
@@ -354,9 +355,9 @@ class _Targets:
     def __init__(self, spec: MatrixFile, doc: Positioned, problems: Problems):
         self.spec, self.doc, self.problems = spec, doc, problems
         self.resolver = _Resolver(spec, doc, problems)
-        self.seen: dict[str, tuple] = {}
-        self.variants: dict[tuple, compat.Variant | None] = {}
-        self.pin_conflicts: dict[tuple, list] = {}
+        self.seen: dict[str, tuple[Any, ...]] = {}
+        self.variants: dict[tuple[Any, ...], compat.Variant | None] = {}
+        self.pin_conflicts: dict[tuple[Any, ...], list[Any]] = {}
 
     def target(self, row: _Row) -> Target | None:
         """The row's target, or None when it is a duplicate or compat refuses it (a problem is noted)."""
@@ -397,7 +398,7 @@ class _Targets:
             aliases=self._aliases(settings, source, fmt, tid), registry=spec.registry, repository=spec.repository,
         )
 
-    def _variant(self, settings, source: dict, key: tuple, tid: str) -> compat.Variant | None:
+    def _variant(self, settings: Settings, source: dict[str, Any], key: tuple[Any, ...], tid: str) -> compat.Variant | None:
         """The torch variant of (torch, cuda); pip_packages that contradict its pins are problems."""
         if key not in self.variants:
             self.variants[key] = compat.variant(*key)
@@ -408,7 +409,7 @@ class _Targets:
             self.problems.add(loc, message, tid, key="pin")
         return variant
 
-    def _aliases(self, settings, source: dict, fmt: dict, tid: str) -> dict[str, tuple[str, ...]]:
+    def _aliases(self, settings: Settings, source: dict[str, Any], fmt: dict[str, Any], tid: str) -> dict[str, tuple[str, ...]]:
         """Each environment's moving aliases, rendered; one that is not a tag is a problem at its line."""
         aliases = {}
         for env, lst in settings.aliases.items():
@@ -423,7 +424,7 @@ class _Targets:
         return aliases
 
 
-def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tuple[str, dict | None]:
+def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tuple[str, dict[str, Any] | None]:
     os_name = row.values["os"]
     if row.values["source"] == "cuda-base":
         ref, _ = compat.cuda_image(row.values["cuda"], row.values["flavor"], os_name, spec.cuda_base_image)

@@ -4,7 +4,8 @@ shell or a tag), and the translation of its errors into one file:line message pe
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -159,7 +160,7 @@ class ExcludeEntry(AxisValues):
 class IncludeEntry(Settings, AxisValues):
     """An `include:` entry: axis values (GitHub Actions include semantics) plus per-target settings."""
 
-    def given(self) -> dict:
+    def given(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
 
 
@@ -247,7 +248,7 @@ def _scalar_hint(value: object, written: str) -> str:
     return f"expected a string, got {written} ({kind} to YAML): quote it, e.g. \"{written}\""
 
 
-def _hint(err: dict, doc: Positioned, loc: tuple) -> str:
+def _hint(err: Mapping[str, Any], doc: Positioned, loc: tuple[Any, ...]) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
@@ -270,7 +271,7 @@ def _hint(err: dict, doc: Positioned, loc: tuple) -> str:
     return err["msg"].replace("Input should be", "expected") + f" (got {shown})"
 
 
-def _allowed_at(loc: tuple) -> tuple[str, ...]:
+def _allowed_at(loc: tuple[Any, ...]) -> tuple[str, ...]:
     if not loc:
         return _FIELDS["MatrixFile"]
     head = loc[0]
@@ -289,7 +290,7 @@ def _allowed_at(loc: tuple) -> tuple[str, ...]:
     return ()
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     """matrix.yaml's JSON schema, generated from the models (editors validate against it), plus what the loader
     checks per os from the compat data (gpuforge.plan.matrix._check_bases): known os names, debootstrap only for
     Debian and only of the os's own suite."""
@@ -314,7 +315,7 @@ def report(lines: list[str]) -> str:
     return "\n".join(lines)
 
 
-def field(loc: tuple) -> str:
+def field(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
@@ -325,7 +326,7 @@ def parse(doc: Positioned) -> MatrixFile:
     try:
         return MatrixFile.model_validate(doc.data)
     except ValidationError as e:
-        by_loc: dict[tuple, tuple[int, str]] = {}
+        by_loc: dict[tuple[Any, ...], tuple[int, str]] = {}
         for err in e.errors():
             loc = error_loc(doc.data, err)
             if loc not in by_loc:  # one line per value (a union reports each branch)

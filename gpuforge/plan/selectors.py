@@ -10,6 +10,7 @@ import fnmatch
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from gpuforge.errors import SelectorError
 
@@ -79,7 +80,7 @@ def matches(target: object, sels: Sequence[str]) -> bool:
     return _hit(target, kv, globs)
 
 
-def select(targets: Sequence, sels: Sequence[str]) -> list:
+def select(targets: Sequence[Any], sels: Sequence[str]) -> list[Any]:
     kv, globs = _parse(sels)
     for k, v in kv:
         if not any(_glob(str(getattr(t, k)), v) for t in targets):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpuforge import grammar
 from gpuforge.image import compat
@@ -80,16 +81,16 @@ class Target:
     flavor: str
     source: str
     base_image: str  # what FROM names; for bootstrapped bases, the local tag gpuforge builds
-    bootstrap: dict | None  # {suite, mirror, security_mirror, variant, rootfs} when the base is bootstrapped
+    bootstrap: dict[str, Any] | None  # {suite, mirror, security_mirror, variant, rootfs} when the base is bootstrapped
     settings: Settings = field(hash=False, compare=False)
     variant: compat.Variant = field(hash=False, compare=False)
     tags: tuple[str, ...]  # full references: registry/repository:tag (the target's tag, shared by its builds)
     version_template: str = field(hash=False, compare=False)  # the version tag with {build} left to fill
-    aliases: dict = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
+    aliases: dict[str, Any] = field(hash=False, compare=False)  # env -> tuple of alias tags (no registry)
     registry: str
     repository: str
-    pools: tuple = field(default=(), hash=False, compare=False)  # gpuforge.plan.fleet.Pool that validate it
-    excluded_from: dict = field(default_factory=dict, hash=False, compare=False)  # pool -> the exclude entry
+    pools: tuple[Any, ...] = field(default=(), hash=False, compare=False)  # gpuforge.plan.fleet.Pool that validate it
+    excluded_from: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # pool -> the exclude entry
 
     @property
     def ref(self) -> ImageRef:
@@ -157,8 +158,9 @@ class Target:
         """Hash of everything that decides the image's bytes (the rendered context, when given)."""
         h = hashlib.sha256(json.dumps(self.expected().as_dict(), sort_keys=True).encode())
         h.update(self.base_image.encode())
-        for name in sorted(context_files or {}):
-            h.update(name.encode() + b"\0" + context_files[name])
+        given = context_files or {}
+        for name in sorted(given):
+            h.update(name.encode() + b"\0" + given[name])
         return h.hexdigest()[:16]
 
 

@@ -8,13 +8,15 @@ checked as the events arrive: file size, nesting depth, and how much alias expan
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from gpuforge.errors import ConfigError
 
-Loc = tuple  # a path of keys and list indexes, e.g. ("matrix", "include", 2, "cuda")
+Loc = tuple[str | int, ...]  # a path of keys and list indexes, e.g. ("matrix", "include", 2, "cuda")
 
 MAX_BYTES = 1 << 20  # matrix files are a few KB; this is room for thousands of include entries
 MAX_DEPTH = 32
@@ -35,7 +37,7 @@ _KIND = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "a numb
 _BRANCHES = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "union", "nullable", "literal"})
 
 
-def error_loc(data: object, err: dict) -> Loc:
+def error_loc(data: object, err: Mapping[str, Any]) -> Loc:
     """Where a schema error (pydantic's `{"loc": ..., "type": ...}`) points in the data: the keys and list indexes
     of its loc that the data holds, plus the name of a missing field; the branch names in between are left out.
     The one rule for every file gpuforge checks with a schema, so each names a problem's line alike."""
@@ -81,8 +83,8 @@ class _Frame:
     def __init__(self, data, loc, anchor, mark):
         self.data, self.loc, self.anchor, self.mark = data, loc, anchor, mark
         self.key = None
-        self.seen: set = set()
-        self.merges: list = []
+        self.seen: set[Any] = set()
+        self.merges: list[Any] = []
         self.size = 1
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 from gpuforge import __version__
 from gpuforge.errors import ConfigError
@@ -123,9 +124,9 @@ signed_in_time if {{
 """
 
 
-def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlog: bool) -> dict:
+def _authority(*, key: str | None, identity: str | None, issuer: str | None, tlog: bool) -> dict[str, Any]:
     if key and "://" in key:  # a KMS key (awskms://, gcpkms://, hashivault://, k8s://): policy-controller reads it
-        auth: dict = {"key": {"kms": key}}
+        auth: dict[str, Any] = {"key": {"kms": key}}
     elif key:
         try:
             pem = Path(key).read_text()
@@ -170,7 +171,7 @@ def policy_controller(*, env: str, pool: str | None, max_age_days: float, reposi
     return json.dumps(doc, indent=2) + "\n"
 
 
-def write(*, fmt: str, env: str, pool: str | None, pools: tuple, max_age_days: float, repository: str,
+def write(*, fmt: str, env: str, pool: str | None, pools: tuple[Any, ...], max_age_days: float, repository: str,
           output: Path | None, key: str | None = None, identity: str | None = None, issuer: str | None = None,
           tlog: bool = False) -> str:
     """The policy text for `fmt`, written to `output` atomically when given; an unknown pool is a ConfigError."""

@@ -9,6 +9,8 @@ pool).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpuforge.errors import PromotionRefused
 from gpuforge.evidence import statements
 from gpuforge.evidence.coverage import covers
@@ -16,8 +18,13 @@ from gpuforge.plan.target import ImageRef
 from gpuforge.state.models import BuildRecord
 from gpuforge.validate.report_model import Report
 
+if TYPE_CHECKING:
+    from gpuforge.plan.fleet import Pool
+    from gpuforge.plan.target import Target
+    from gpuforge.registry.attest import Verifier
 
-def _deciding(pool, attestations: list[Report]) -> list[Report]:
+
+def _deciding(pool: Pool, attestations: list[Report]) -> list[Report]:
     """What decides for `pool`: the newest GPU statement (registry order) from a node of the pool when there is one,
     so a red run there (a nightly canary after a driver upgrade) is not hidden by an older green one; else all of
     them, each then saying why it does not cover the pool."""
@@ -25,7 +32,7 @@ def _deciding(pool, attestations: list[Report]) -> list[Report]:
     return on_pool[-1:] or attestations
 
 
-def pools_missing(target, attestations: list[Report], *, built_at: str | None = None,
+def pools_missing(target: Target, attestations: list[Report], *, built_at: str | None = None,
                   image_id: str | None = None, max_age_days: float | None = None) -> list[str]:
     """The names of the pools `target` declares (target.pools, from matrix.yaml's fleet) whose deciding statement in
     `attestations` (verified GPU validation predicates of this digest, in registry order) does not cover them, in the
@@ -35,7 +42,7 @@ def pools_missing(target, attestations: list[Report], *, built_at: str | None = 
                        for a in _deciding(p, attestations))]
 
 
-def why_missing(target, attestations: list[Report], *, built_at: str | None = None, image_id: str | None = None,
+def why_missing(target: Target, attestations: list[Report], *, built_at: str | None = None, image_id: str | None = None,
                 max_age_days: float | None = None) -> str:
     """One phrase per missing pool: its description and the deciding attestation's reason (for the refusal)."""
     out = []
@@ -44,11 +51,12 @@ def why_missing(target, attestations: list[Report], *, built_at: str | None = No
                    for a in _deciding(p, attestations)]
         if None in reasons:
             continue
-        out.append(f"{p.describe()}: " + (reasons[-1] if reasons else "no GPU attestation"))
+        known = [r for r in reasons if r is not None]  # all of them, after the check above
+        out.append(f"{p.describe()}: " + (known[-1] if known else "no GPU attestation"))
     return "; ".join(out)
 
 
-def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool, max_age_days: float | None = None) -> None:
+def check(t: Target, *, ref: str, record: BuildRecord, verifier: Verifier, require_cve: bool, max_age_days: float | None = None) -> None:
     """prod's extra requirements for target `t` at `ref` (host/repo@digest); raises PromotionRefused naming what
     is missing. Called once from gpuforge.publish.promote's plan for env == prod; `require_cve` is the
     prod_require_cve setting (GPUFORGE_PROD_REQUIRE_CVE)."""
@@ -63,7 +71,7 @@ def check(t, *, ref: str, record: BuildRecord, verifier, require_cve: bool, max_
         reps = [Report.of(p, f"{ref}: signed validation statement")
                 for p in attest.verified_predicates(ref, attest.VALIDATION_TYPE, verifier)]
         preds = [r for r in reps if r.gpu]
-        kw = {"built_at": record.built_at, "image_id": record.image_id, "max_age_days": max_age_days}
+        kw: dict[str, Any] = {"built_at": record.built_at, "image_id": record.image_id, "max_age_days": max_age_days}
         missing = pools_missing(t, preds, **kw)
         if missing:
             refuse(f"no green GPU attestation newer than the build for pool(s) {', '.join(missing)} of the fleet "

@@ -23,6 +23,7 @@ import datetime as dt
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.evidence.age import age_days
@@ -160,7 +161,7 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
 
 
 def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
-          allow_no_gpu: bool, replace: bool, verifier, require_cve: bool,
+          allow_no_gpu: bool, replace: bool, verifier: attest.Verifier, require_cve: bool,
           max_age_days: float | None) -> tuple[transaction.Move, history.History]:
     rec = records.require_build(t.id)
     if not rec.digest:
@@ -204,7 +205,7 @@ def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_
     return mv, hist
 
 
-def rejudge(reg: Registry, repo: ImageRef, verifier, rec: PromotionRecord) -> None:
+def rejudge(reg: Registry, repo: ImageRef, verifier: attest.Verifier, rec: PromotionRecord) -> None:
     """An interrupted intent is completed only if its evidence still holds (a red run may have come since)."""
     m = reg.manifest(repo.pinned(rec.digest))
     if m is None:
@@ -213,7 +214,7 @@ def rejudge(reg: Registry, repo: ImageRef, verifier, rec: PromotionRecord) -> No
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 
-def resume(t: Target, *, env: str, verifier, signer: attest.Signer,
+def resume(t: Target, *, env: str, verifier: attest.Verifier, signer: attest.Signer,
            reports: Path | None) -> PromotionRecord | None:
     """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
     if verifier is None:
@@ -227,7 +228,7 @@ def resume(t: Target, *, env: str, verifier, signer: attest.Signer,
 def promote_targets(targets: list[Target], *, env: str, records: Records, auth: RegistryAuth,
                     verifier: attest.Verifier | None, signer: attest.Signer, reports: Path | None = None,
                     require_gpu: bool = False, allow_no_gpu: bool = False,
-                    replace: bool = False, require_cve: bool = False, max_age_days: float | None = None) -> list[dict]:
+                    replace: bool = False, require_cve: bool = False, max_age_days: float | None = None) -> list[dict[str, Any]]:
     """Promote each target's pushed digest to `env`; `verifier` checks the evidence (None: refused, saying how to
     give one), `signer` signs the promotion records, `require_cve` (prod) asks for a green signed CVE verdict,
     `max_age_days` (the environment's evidence time to live) refuses evidence signed longer ago. A rollback, and the
@@ -248,7 +249,7 @@ def promote_targets(targets: list[Target], *, env: str, records: Records, auth: 
     return results
 
 
-def attest_targets(targets: list[Target], **_ignored) -> list[dict]:
+def attest_targets(targets: list[Target], **_ignored: object) -> list[dict[str, Any]]:
     """Signing a report file is refused: the file can be edited after the run that made it."""
     ids = " ".join(t.id for t in targets) or "SEL"
     msg = (f"attest of a report file is refused: a file can be edited after the run that wrote it, so only the "

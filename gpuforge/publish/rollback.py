@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.plan.target import Target
@@ -55,7 +56,7 @@ def choose(t: Target, done: list[PromotionRecord], current: str | None, *, to: s
 
 def rollback(t: Target, *, env: str, to: str | None, steps: int | None,
              verifier: attest.Verifier | None, signer: attest.Signer, allow_no_gpu: bool = False,
-             reports: Path | None = None) -> dict:
+             reports: Path | None = None) -> dict[str, Any]:
     if to is not None and steps is not None:
         msg = "give --digest DIGEST or --steps N, not both"
         raise ConfigError(msg)

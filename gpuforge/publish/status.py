@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import ConfigError, StateError
 from gpuforge.evidence import age
@@ -36,7 +37,7 @@ def _verifier(v: attest.Verifier | None) -> attest.Verifier:
 SOON = 0.2  # evidence in the last fifth of its time to live is shown as expiring
 
 
-def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict:
+def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = None) -> dict[str, Any]:
     """When evidence signed at `validated_at` leaves the time to live (the admission policy's --max-age-days):
     {"at", "in_days" (negative: ago), "state": fresh | expiring | EXPIRED | unknown}."""
     at = age.signed_time(validated_at)
@@ -48,7 +49,7 @@ def expiry(validated_at: str | None, ttl_days: float, now: dt.datetime | None = 
     return {"at": ends.isoformat(timespec="seconds"), "in_days": round(left, 1), "state": state}
 
 
-def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0) -> dict:
+def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0) -> dict[str, Any]:
     """The newest signed validation statement on `ref` (registry order), and the newest GPU one, each with when it
     leaves the time to live."""
     signed = attest.verified_statements(ref, attest.VALIDATION_TYPE, verifier)
@@ -69,7 +70,7 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
     return out
 
 
-def canaries(signed: list, reports: dict, newest: Report) -> list[dict]:
+def canaries(signed: list[Any], reports: dict[str, Any], newest: Report) -> list[dict[str, Any]]:
     """The newest canary (gpuforge canary) per scope: the non-GPU checks, and each GPU host (models and driver, as a
     fleet pool sees it). What a red one blocks: the non-GPU one every promotion while it is the digest's newest
     statement; a GPU one prod for the pool of its host while it is that host's newest GPU statement."""
@@ -91,7 +92,7 @@ def canaries(signed: list, reports: dict, newest: Report) -> list[dict]:
     return out
 
 
-def _expiry_text(e: dict | None) -> str:
+def _expiry_text(e: dict[str, Any] | None) -> str:
     if not e or e["state"] == "unknown":
         return ""
     if e["state"] == "EXPIRED":
@@ -99,7 +100,7 @@ def _expiry_text(e: dict | None) -> str:
     return f", {'EXPIRES' if e['state'] == 'expiring' else 'expires'} in {e['in_days']:g} d"
 
 
-def _record_json(r: PromotionRecord) -> dict:
+def _record_json(r: PromotionRecord) -> dict[str, Any]:
     return {"seq": r.seq, "phase": r.phase, "kind": r.kind, "id": r.id, "digest": r.digest, "at": r.at,
             "moved": r.moved if r.phase == "done" else r.tags, "prior": r.prior, "replaced": r.replaced,
             "allow_no_gpu": r.allow_no_gpu, "resumed": r.resumed, "rollback_to_seq": r.rollback_to_seq,
@@ -109,9 +110,9 @@ def _record_json(r: PromotionRecord) -> dict:
 
 
 def collect(targets: list[Target], *, envs: tuple[str, ...], verifier: attest.Verifier | None,
-            records: Records, ttl: Ttl = Ttl()) -> list[dict]:
+            records: Records, ttl: Ttl = Ttl()) -> list[dict[str, Any]]:
     verifier = _verifier(verifier)
-    found: dict[ImageRef, tuple] = {}
+    found: dict[ImageRef, tuple[Any, ...]] = {}
     out = []
     for t in targets:
         pushed = t.ref
@@ -143,7 +144,7 @@ def _digest_at(reg: Registry, repo: ImageRef, tag: str) -> str | None:
     return m.digest if m else None
 
 
-def _local(rec: BuildRecord | None, at: str | None) -> dict | None:
+def _local(rec: BuildRecord | None, at: str | None) -> dict[str, Any] | None:
     """This checkout's build of the target: whether the environment holds another digest, what was built how and
     pushed where, and whether each report file validate wrote still holds what that run observed."""
     if rec is None:
@@ -183,7 +184,7 @@ def _short(d: str | None) -> str:
     return d[:19] if d else "none"
 
 
-def _text(row: dict) -> list[str]:
+def _text(row: dict[str, Any]) -> list[str]:
     lines = [f"{row['target']} [{row['env']}] {row['repository']}"]
     if row["version"]:
         lines.append(f"  version: {row['version']}")
@@ -251,7 +252,7 @@ def status(targets: list[Target], *, env: str | None, verifier: attest.Verifier 
     return 0
 
 
-def _gpu_text(ev: dict) -> str:
+def _gpu_text(ev: dict[str, Any]) -> str:
     """The GPU run a promotion relied on, as history says it: model, driver, when, and whether it came from a bundle."""
     if not ev.get("gpu_model"):
         return "no GPU"

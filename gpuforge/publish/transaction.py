@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import FatalError, PromotionRefused, RegistryError
 from gpuforge.evidence import runinfo, statements
@@ -101,7 +102,7 @@ def _local_copy(reports: Path | None, rec: PromotionRecord) -> None:
                      json.dumps(rec.dump(), indent=2, sort_keys=True) + "\n", root=reports.parent)
 
 
-def execute(mv: Move, hist: History, *, signer: attest.Signer, reports: Path | None = None) -> dict:
+def execute(mv: Move, hist: History, *, signer: attest.Signer, reports: Path | None = None) -> dict[str, Any]:
     prior = {tag: digest_at(mv.reg, mv.repo, tag) for tag in mv.tags}
     to_move = [t for t in mv.tags if prior[t] != mv.digest]
     unchanged = [t for t in mv.tags if t not in to_move]

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from gpuforge import options
 from gpuforge.builder import export
 from gpuforge.engine import client as engine
-from gpuforge.errors import ConfigError, RegistryError
+from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.provenance import redact
 from gpuforge.registry.client import Registry, RegistryAuth, auth_file
 from gpuforge.state.models import BuildRecord
 
-COMPRESSIONS = options.SETTINGS["compression"].choices  # one home: the options table
 ZSTD_SUFFIX = "-zstd"
 
 
@@ -55,7 +54,7 @@ def refusal(rec: BuildRecord, info: engine.EngineInfo) -> str | None:
 RUNTIME_KEYS = ("Env", "Entrypoint", "Cmd", "User", "WorkingDir", "Labels", "ExposedPorts")
 
 
-def _same_content(local: dict, zs: dict) -> str | None:
+def _same_content(local: dict[str, Any], zs: dict[str, Any]) -> str | None:
     """`local`: the engine's inspect of the validated image; `zs`: the pushed zstd image's config."""
     if local.get("RootFS", {}).get("Layers") != zs.get("rootfs", {}).get("diff_ids"):
         return "its layers (uncompressed digests) differ from the validated image's"
@@ -106,8 +105,3 @@ def _layers(reg: Registry, ref: ImageRef, m) -> list[str]:
     image = reg.image_manifest(ref, m)
     return [layer.get("mediaType", "") for layer in json.loads(image.body).get("layers", [])] if image else []
 
-
-def check(compression: str) -> None:
-    if compression not in COMPRESSIONS:
-        msg = f"--compression / GPUFORGE_COMPRESSION={compression!r}: allowed: {', '.join(COMPRESSIONS)}"
-        raise ConfigError(msg)

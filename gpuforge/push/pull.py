@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import docker.errors
 import requests
@@ -92,7 +93,7 @@ def _pull(c, target_id: str, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth
     return Pulled(target=target_id, ref=ref, image_id=img.id, fresh="up to date" not in last)
 
 
-def _engine_pull(c, ref: ImageRef, engine_auth: dict | None, *, given: bool) -> str:
+def _engine_pull(c, ref: ImageRef, engine_auth: dict[str, Any] | None, *, given: bool) -> str:
     """One pull of `ref` through the engine (credentials in the request only); returns its last status line."""
     last = ""
     try:

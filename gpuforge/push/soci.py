@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
@@ -237,7 +238,7 @@ def _containerd(work: Path) -> Iterator[str]:
         shutil.rmtree(run, ignore_errors=True)
 
 
-def _import(image_dir: Path, subject: Manifest, name: str, env: dict, out) -> None:
+def _import(image_dir: Path, subject: Manifest, name: str, env: dict[str, Any], out) -> None:
     """The skopeo `dir:` copy into containerd as an OCI layout tar (streamed; docker media types kept: the manifest's
     bytes, so its digest, stay the pushed ones), not unpacked."""
     doc = json.loads(subject.body)
@@ -275,12 +276,12 @@ def _import(image_dir: Path, subject: Manifest, name: str, env: dict, out) -> No
         raise RegistryError(msg)
 
 
-def _indexes(name: str, env: dict, out) -> set[str]:
+def _indexes(name: str, env: dict[str, Any], out) -> set[str]:
     listed = _run(["soci", "index", "list", "--quiet", "--ref", name], env, out, "soci index list")
     return set(re.findall(r"sha256:[0-9a-f]{64}", listed))
 
 
-def _run(argv: list[str], env: dict, out, what: str, *, check: bool = True) -> str:
+def _run(argv: list[str], env: dict[str, Any], out, what: str, *, check: bool = True) -> str:
     try:
         r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -27,8 +27,10 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import ConfigError, PromotionRefused, RegistryError
 from gpuforge.plan.target import ImageRef
@@ -44,7 +46,7 @@ PROMOTION_TYPE = "https://gpuforge.dev/attestations/promotion/v1"
 OIDC_TOKEN_SOURCES = (("SIGSTORE_ID_TOKEN",), ("ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN"))
 
 
-def oidc_token_available(env: dict | None = None) -> bool:
+def oidc_token_available(env: Mapping[str, Any] | None = None) -> bool:
     """Can a keyless cosign sign here? (Without a token it would try the sigstore OAuth host and fail offline.)"""
     env = os.environ if env is None else env
     return any(all(env.get(k) for k in names) for names in OIDC_TOKEN_SOURCES)
@@ -116,7 +118,7 @@ class Signer:
 
 
 def _cosign(args: list[str], host: str, what: str, auth: RegistryAuth,
-            env: dict | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("cosign")
     if not exe:
         msg = "cosign is not installed (Debian trixie's cosign; tools/start-engine.sh installs it)"
@@ -142,7 +144,7 @@ def attest(ref: str, predicate: Path, type_uri: str, *, signer: Signer) -> None:
     _pushed_or_raise(r, host, ref, command="attest", to="to sign", doing="signing")
 
 
-def _pushed_or_raise(r: subprocess.CompletedProcess, host: str, ref: str, *, command: str, to: str, doing: str) -> None:
+def _pushed_or_raise(r: subprocess.CompletedProcess[str], host: str, ref: str, *, command: str, to: str, doing: str) -> None:
     """A cosign command that writes to the registry: its failure as one line, the registry's reason first."""
     if r.returncode == 0:
         return
@@ -157,7 +159,7 @@ def _pushed_or_raise(r: subprocess.CompletedProcess, host: str, ref: str, *, com
     raise RegistryError(msg)
 
 
-def attest_data(ref: str, data: dict, type_uri: str, *, signer: Signer) -> None:
+def attest_data(ref: str, data: dict[str, Any], type_uri: str, *, signer: Signer) -> None:
     """Sign an in-memory predicate: it goes to cosign through a private temporary file (mode 0600 in a
     0700 folder this process made), never through a path a user edits."""
     with tempfile.TemporaryDirectory(prefix="gpuforge-sign-") as d:
@@ -167,7 +169,7 @@ def attest_data(ref: str, data: dict, type_uri: str, *, signer: Signer) -> None:
         attest(ref, p, type_uri, signer=signer)
 
 
-def envelope(ref: str, data: dict, type_uri: str, *, signer: Signer) -> str:
+def envelope(ref: str, data: dict[str, Any], type_uri: str, *, signer: Signer) -> str:
     """The DSSE envelope `cosign attest` would push for `data` about `ref` (host/repo@sha256:...), made with no registry
     call (`cosign attest --no-upload`: the digest is named, so nothing is resolved) and no log: one JSON line, what
     `cosign attach attestation` takes later. A key pair only (keyless needs Fulcio and Rekor, so the network)."""
@@ -227,7 +229,7 @@ class Signed:
     """One verified attestation: its predicate, and where it sits in the registry's attestation manifest
     (cosign appends each new attestation as the last layer of `sha256-<digest>.att`: registry order)."""
 
-    predicate: dict
+    predicate: dict[str, Any]
     layer: str  # sha256 of the DSSE envelope (the layer digest)
     index: int  # position in the .att manifest; larger is newer
 
@@ -287,6 +289,6 @@ def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Sig
     return sorted(out, key=lambda s: s.index)
 
 
-def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict]:
+def verified_predicates(ref: str, type_uri: str, verifier: Verifier) -> list[dict[str, Any]]:
     """The verified predicates of `type_uri` on `ref`, oldest first in registry order."""
     return [s.predicate for s in verified_statements(ref, type_uri, verifier)]

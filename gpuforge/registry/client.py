@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
@@ -75,9 +76,9 @@ def credentials(registry: str, auth: RegistryAuth) -> tuple[str, str] | None:
     except (OSError, json.JSONDecodeError):
         return None
     for key in (registry, f"https://{registry}", f"http://{registry}"):
-        auth = auths.get(key, {}).get("auth")
-        if auth:
-            u, _, p = base64.b64decode(auth).decode().partition(":")
+        encoded = auths.get(key, {}).get("auth")  # base64 of user:password
+        if encoded:
+            u, _, p = base64.b64decode(encoded).decode().partition(":")
             return u, p
     return None
 
@@ -110,7 +111,7 @@ def private_ca(host: str) -> Path | None:
     return ca if ca.is_file() else None
 
 
-def skopeo(args: list[str], what: str, host: str) -> subprocess.CompletedProcess:
+def skopeo(args: list[str], what: str, host: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("skopeo")
     if not exe:
         msg = "skopeo is not installed (apt-get install skopeo, or run tools/start-engine.sh)"
@@ -122,7 +123,7 @@ def skopeo(args: list[str], what: str, host: str) -> subprocess.CompletedProcess
         raise RegistryError(msg) from None
 
 
-def _fail(r: subprocess.CompletedProcess, host: str, what: str) -> None:
+def _fail(r: subprocess.CompletedProcess[str], host: str, what: str) -> None:
     err = (r.stderr or r.stdout).strip().splitlines()
     last = err[-1] if err else f"skopeo exit {r.returncode}"
     if _UNREACHABLE.search(last):
@@ -143,7 +144,8 @@ class Manifest:
     @property
     def config_digest(self) -> str | None:
         """The image config digest (== the docker image id on a graphdriver store) of a single-platform manifest."""
-        return json.loads(self.body).get("config", {}).get("digest")
+        digest: str | None = json.loads(self.body).get("config", {}).get("digest")
+        return digest
 
     @property
     def is_index(self) -> bool:
@@ -177,7 +179,7 @@ class Registry:
         """skopeo's name for the repository, a tag of it or a digest of it (a digest wins over a tag)."""
         return f"docker://{ref.pinned(ref.digest) if ref.digest else ref}"
 
-    def _skopeo(self, args: list[str], ref: ImageRef, what: str) -> subprocess.CompletedProcess:
+    def _skopeo(self, args: list[str], ref: ImageRef, what: str) -> subprocess.CompletedProcess[str]:
         with auth_file(self.auth, ref.registry) as af:
             return skopeo([*args[:1], "--retry-times", "2", *(self._tls(ref) if args[0] != "copy" else []),
                            *(["--authfile", af] if af else []), *args[1:]], what, ref.registry)
@@ -218,13 +220,14 @@ class Registry:
                 and (d.get("platform") or {}).get("architecture") == "amd64"]
         return self.manifest(ref.pinned(plat[0]["digest"])) if plat else None
 
-    def config(self, ref: ImageRef) -> dict:
+    def config(self, ref: ImageRef) -> dict[str, Any]:
         """The image config a manifest (or, for an index, its linux/amd64 manifest) points to."""
         what = f"GET config of {ref.repository}@{str(ref.digest)[:19]}"
         r = self._skopeo(["inspect", "--config", "--raw", self._docker(ref)], ref, what)
         if r.returncode != 0:
             _fail(r, ref.registry, what)
-        return json.loads(r.stdout)
+        config: dict[str, Any] = json.loads(r.stdout)  # an image config: a JSON object
+        return config
 
     def save(self, ref: ImageRef, dest: Path) -> None:
         """The manifest a digest names and every blob it points to, bytes unchanged, into a `dir:` folder (skopeo's
@@ -235,7 +238,7 @@ class Registry:
         if r.returncode != 0:
             _fail(r, ref.registry, f"GET {_named(ref)} and its blobs")
 
-    def referrers(self, ref: ImageRef, digest: str, artifact_type: str) -> list[dict] | None:
+    def referrers(self, ref: ImageRef, digest: str, artifact_type: str) -> list[dict[str, Any]] | None:
         """The descriptors the OCI 1.1 referrers API lists for `digest` (of `artifact_type`), or None when the registry
         has no such API (distribution 2.8 answers 404: its referrers live in the `sha256-<hex>` tag instead). skopeo
         does not speak this API, so it is asked here, with the same credentials (basic, or a bearer token for pull)."""

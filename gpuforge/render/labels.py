@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuforge.image.expected import Expected
+
 NS = "io.gpuforge"
 # Expected-version keys that are not labels (the target id has its own label, `io.gpuforge.target`).
 NOT_LABELS = ("id",)
@@ -18,7 +23,7 @@ def label_value(value: object) -> str:
     return ",".join(value) if isinstance(value, list | tuple) else str(value)
 
 
-def expected_labels(expected) -> dict[str, str]:
+def expected_labels(expected: Expected) -> dict[str, str]:
     """The labels of a target's expected values (a gpuforge.image.expected.Expected)."""
     given = expected.as_dict()
     out = {label_key(k): label_value(v) for k, v in given.items() if k not in NOT_LABELS}

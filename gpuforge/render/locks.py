@@ -20,11 +20,16 @@ import tempfile
 import tomllib
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuforge import paths
 from gpuforge.errors import ConfigError
 from gpuforge.render import packages
 from gpuforge.state import files
+
+if TYPE_CHECKING:
+    from gpuforge.image.compat import Variant
+    from gpuforge.plan.target import Target
 
 UV = "uv==0.13.8"  # gpuforge's resolver; the images pin their own uv in data/image.yaml
 PLATFORM = ("--python-platform", "x86_64-manylinux_2_28")
@@ -76,7 +81,7 @@ def _uv_compile(reqs: list[str], constraints: list[str], python: str, extra: lis
 
 # ---- images -------------------------------------------------------------------------------------
 
-def image_inputs(targets: list) -> dict[str, list[str]]:
+def image_inputs(targets: list[Any]) -> dict[str, list[str]]:
     """lock name -> its input requirement lines, for the Pythons and torch versions of `targets`."""
     groups: dict[str, set[str]] = {}
     for t in targets:
@@ -89,7 +94,7 @@ def image_inputs(targets: list) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(groups.items())}
 
 
-def image_lock_name(t) -> str:
+def image_lock_name(t: Target) -> str:
     return f"image-py{t.python.replace('.', '')}-torch{t.variant.torch.replace('.', '')}"
 
 
@@ -113,13 +118,13 @@ def locks_to_write() -> Path:
     return source
 
 
-def image_pins(t) -> dict[str, str]:
+def image_pins(t: Target) -> dict[str, str]:
     """The locked versions for target t (empty when its lock is missing: `generate --check` says so)."""
     text = image_lock_text(image_lock_name(t))
     return pins(text) if text else {}
 
 
-def stale_image_locks(targets: list) -> list[str]:
+def stale_image_locks(targets: list[Any]) -> list[str]:
     """Lock files that are missing or were compiled from other inputs (a pin in image.yaml changed...)."""
     bad = []
     for name, lines in image_inputs(targets).items():
@@ -129,7 +134,7 @@ def stale_image_locks(targets: list) -> list[str]:
     return bad
 
 
-def compile_image_locks(targets: list, out_dir: Path) -> list[Path]:
+def compile_image_locks(targets: list[Any], out_dir: Path) -> list[Path]:
     written = []
     pypi_default = {t.variant.torch: t.variant for t in targets}
     for name, lines in image_inputs(targets).items():
@@ -147,7 +152,7 @@ def compile_image_locks(targets: list, out_dir: Path) -> list[Path]:
     return written
 
 
-def _pypi_variant(v):
+def _pypi_variant(v: Variant) -> Variant:
     from gpuforge.image import compat
 
     name = compat.data()["torch"][v.torch]["pypi_default_variant"]

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuforge.plan.target import Target
 
 import yaml
 
 
 @functools.cache
-def image_spec() -> dict:
+def image_spec() -> dict[str, Any]:
     """gpuforge/render/data/image.yaml: the apt and pip tools every image gets, and uv's version."""
-    return yaml.safe_load(resources.files("gpuforge.render").joinpath("data/image.yaml").read_text())
+    spec: dict[str, Any] = yaml.safe_load(resources.files("gpuforge.render").joinpath("data/image.yaml").read_text())
+    return spec
 
 
-def pip_tools(t) -> list[str]:
+def pip_tools(t: Target) -> list[str]:
     """What the image pip-installs besides torch (exact pins, from image.yaml and the target's settings)."""
     return [*image_spec()["pip"], *t.settings.pip_packages]
 

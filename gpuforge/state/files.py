@@ -27,8 +27,9 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TextIO
 
 from gpuforge.errors import StateError
 
@@ -100,7 +101,7 @@ class Folder:
     def __enter__(self) -> Folder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextlib.contextmanager
@@ -195,7 +196,7 @@ class Folder:
     def write_text(self, name: str, text: str) -> Path:
         return self.write_bytes(name, text.encode())
 
-    def _refuse_links(self, names) -> None:
+    def _refuse_links(self, names: Iterable[str]) -> None:
         # A link swapped in after this check is only replaced by the rename, never written through.
         for name in names:
             try:
@@ -319,7 +320,7 @@ def read_text(path: Path | str, *, root: Path | str | None = None) -> str | None
         raise StateError(msg) from None
 
 
-def open_log(path: Path | str):
+def open_log(path: Path | str) -> TextIO:
     """A live log (line-buffered text, truncated), created with its folder: not atomic, since it is tailed
     while it grows, but a symlink at it is refused like any file here, and a refusal is one StateError."""
     p = Path(path)
@@ -339,7 +340,7 @@ def write_output(path: Path | str, data: str | bytes) -> Path:
     return p
 
 
-def write_outputs(root: Path | str, contents: dict[str, str | bytes], *, below: tuple[str, ...] = ()) -> Path:
+def write_outputs(root: Path | str, contents: Mapping[str, str | bytes], *, below: tuple[str, ...] = ()) -> Path:
     """Several files into root/below..., all or nothing (Folder.write_set); nothing below `root` is followed
     if it is a link, a symlink at a file name is refused. No lock file: nothing read-modify-writes an
     output and a rename is atomic on its own, while a lock file would litter the user's folder."""

@@ -7,13 +7,13 @@ Unknown fields are refused, so a typo or a hand edit is found where it happens, 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuforge import grammar
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1  # Final: its type is the literal the models' field allows
 
 _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -56,7 +56,7 @@ class BuildRecord(BaseModel):
     digest_zstd: str | None = None  # push --compression zstd|both: the <version>-zstd copy (same layers, zstd)
     pushed_ref_zstd: str | None = None
     soci_index: str | None = None  # push --compression soci: the SOCI index manifest whose subject is `digest`
-    replaced: list[dict] | None = None  # push --replace: the version tag moved off another digest (tag, from, to, at)
+    replaced: list[dict[str, Any]] | None = None  # push --replace: the version tag moved off another digest (tag, from, to, at)
 
 
 class BuildsFile(BaseModel):

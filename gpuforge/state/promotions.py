@@ -10,11 +10,11 @@ schema accepts them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SCHEMA = "gpuforge.promotion/1"
+SCHEMA: Final = "gpuforge.promotion/1"  # Final: its type is the literal the model's field allows
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
@@ -72,11 +72,11 @@ class PromotionRecord(BaseModel):
     def ref(self) -> str:
         return f"{self.id}:{self.phase}"
 
-    def dump(self) -> dict:
+    def dump(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json")
 
 
-def parse(data: dict) -> PromotionRecord | None:
+def parse(data: dict[str, Any]) -> PromotionRecord | None:
     """A record, or None when the signed predicate is not one this gpuforge understands."""
     try:
         return PromotionRecord.model_validate(data)

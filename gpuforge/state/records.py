@@ -2,16 +2,15 @@
 promote read: <state dir>/builds.json, typed by models.BuildRecord.
 
 `Records(state_dir)` is that file in one state dir; the CLI makes it once from the state_dir setting and hands
-it to each stage. gpuforge reads and writes typed records: `build(id)` / `require_build(id)` / `update_build(id,
-...)` / `restore_build(id, rec)`. `load`, `get`, `require` and `update` are the same records as plain dicts (None
-fields left out), for readers outside the package (tests, tools) that compare them with JSON;
-tests/unit/state/test_state_records.py checks that no gpuforge module uses them.
+it to each stage. Records are read and written typed: `build(id)` / `require_build(id)` / `update_build(id, ...)` /
+`restore_build(id, rec)`, and `load_file()` for the whole file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,13 +25,9 @@ IMAGE_FACTS = ("report", "report_digest", "gpu_report", "gpu_report_digest", "di
 FIX = "delete it (or restore it from a backup) and run `gpuforge build` again"
 
 
-def _migrate(raw: dict) -> dict:
+def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (before schema_version): the bare {target id: record} mapping."""
     return {"schema_version": 1, "builds": raw}
-
-
-def _dict(rec: BuildRecord | None) -> dict | None:
-    return None if rec is None else rec.model_dump(exclude_none=True)
 
 
 @dataclass(frozen=True)
@@ -87,17 +82,3 @@ class Records:
                 doc.builds[target_id] = rec
 
         store.update(self.state_dir, NAME, BuildsFile, change, migrate=_migrate, fix=FIX)
-
-    # --- the same records as dicts ---------------------------------------------------------------------
-
-    def load(self) -> dict[str, dict]:
-        return {k: v.model_dump(exclude_none=True) for k, v in self.load_file().builds.items()}
-
-    def get(self, target_id: str) -> dict | None:
-        return _dict(self.build(target_id))
-
-    def require(self, target_id: str) -> dict:
-        return self.require_build(target_id).model_dump(exclude_none=True)
-
-    def update(self, target_id: str, **fields) -> dict:
-        return self.update_build(target_id, **fields).model_dump(exclude_none=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,7 +33,10 @@ def first_error(e: ValidationError) -> str:
     return f"{loc}: {err['msg']}{more}"
 
 
-def parse(path: Path, text: str, model: type[M], *, migrate: Callable[[object], object] | None, fix: str) -> M:
+Migrate = Callable[[dict[str, Any]], dict[str, Any]]  # an old (version 0) document to the current shape
+
+
+def parse(path: Path, text: str, model: type[M], *, migrate: Migrate | None, fix: str) -> M:
     """The file's content as `model`, or one StateError line naming the file, the problem and `fix`."""
     try:
         raw = json.loads(text)
@@ -58,7 +61,7 @@ def parse(path: Path, text: str, model: type[M], *, migrate: Callable[[object], 
         raise StateError(msg) from None
 
 
-def load(state_dir: Path, name: str, model: type[M], *, migrate=None, fix: str) -> M:
+def load(state_dir: Path, name: str, model: type[M], *, migrate: Migrate | None = None, fix: str) -> M:
     """The file under the state dir's shared lock (an empty `model` when there is no file yet)."""
     try:
         d = _folder(state_dir, create=False)
@@ -71,7 +74,7 @@ def load(state_dir: Path, name: str, model: type[M], *, migrate=None, fix: str) 
     return _decode(d.path / name, data, model, migrate=migrate, fix=fix)
 
 
-def _decode(path: Path, data: bytes | None, model: type[M], *, migrate, fix: str) -> M:
+def _decode(path: Path, data: bytes | None, model: type[M], *, migrate: Migrate | None, fix: str) -> M:
     if data is None:
         return model()
     try:
@@ -82,7 +85,7 @@ def _decode(path: Path, data: bytes | None, model: type[M], *, migrate, fix: str
     return parse(path, text, model, migrate=migrate, fix=fix)
 
 
-def update(state_dir: Path, name: str, model: type[M], change: Callable[[M], None], *, migrate=None, fix: str) -> M:
+def update(state_dir: Path, name: str, model: type[M], change: Callable[[M], None], *, migrate: Migrate | None = None, fix: str) -> M:
     """Read, change (in place) and write back the file while holding the exclusive lock: two processes
     updating it at once both keep their fields."""
     with _folder(state_dir, create=True) as d, d.locked():

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from gpuforge import __version__, paths
 from gpuforge.errors import ValidationFailed
@@ -69,7 +70,7 @@ def required_checks(kind: selection.Kind) -> tuple[str, ...]:
     return ids
 
 
-def content(image, *, inputs: list[bytes]) -> dict:
+def content(image: Any, *, inputs: list[bytes]) -> dict[str, Any]:  # image: a docker-py Image (untyped)
     """What an image is, as its checks see it, from the engine (a docker SDK Image): the layers' uncompressed digests
     (rootfs.diff_ids); a digest of what no layer carries (the runtime config: ENV, USER, ENTRYPOINT, labels; the
     platform; the history's commands, which the secrets check reads); and a digest of what the run was given to
@@ -96,8 +97,8 @@ def run_inputs(target_json: Path, extra_ca: str | None) -> list[bytes]:
     return [target_json.read_bytes(), ca]
 
 
-def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: dict | None = None,
-          kind: selection.Kind | None = None) -> dict:
+def stamp(rep: dict[str, Any] | Report, *, required: tuple[str, ...], gpu: bool, content: dict[str, Any] | None = None,
+          kind: selection.Kind | None = None) -> dict[str, Any]:
     """The evidence block validate adds to a report (host-side facts, not the plugin's); `kind`: what `required`
     was chosen for."""
     rep = data(rep)
@@ -117,7 +118,7 @@ def stamp(rep: dict | Report, *, required: tuple[str, ...], gpu: bool, content: 
     }
 
 
-def gpu_host(rep: dict | Report) -> dict:
+def gpu_host(rep: dict[str, Any] | Report) -> dict[str, Any]:
     """The GPU host a GPU run saw (from the driver facts the validators gather): what prod's per-pool check
     matches a fleet pool against (gpuforge.publish.prod.pools_missing). The runner is the CI runner's name."""
     drv = data(rep).get("facts", {}).get("driver") or {}
@@ -133,23 +134,23 @@ def gpu_host(rep: dict | Report) -> dict:
     }
 
 
-def data(rep: dict | Report) -> dict:
+def data(rep: dict[str, Any] | Report) -> dict[str, Any]:
     """A report as its JSON data: the verdict and the digest are of what was written (and signed), key for key."""
     return rep.dump() if isinstance(rep, Report) else rep
 
 
-def skip_reason(check: dict | Check) -> str:
+def skip_reason(check: dict[str, Any] | Check) -> str:
     message = check.message if isinstance(check, Check) else check.get("message")
     return (message or "").strip().removeprefix("Skipped: ").removeprefix("EnvSkipped: ")
 
 
-def skip_allowed(check: dict, gpu_run: bool) -> bool:
+def skip_allowed(check: dict[str, Any], gpu_run: bool) -> bool:
     """A skipped check with a typed environmental reason (selection.EnvSkip) this kind of run can meet; its words
     never count."""
     return selection.env_skip_allowed(check.get("skip"), gpu_run)
 
 
-def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
+def problems(rep: dict[str, Any] | Report, *, require_gpu: bool = False) -> list[str]:
     """Why a report is not evidence (empty: it is green). Judged from the content, never its `green` field."""
     rep = data(rep)
     ev = rep.get("evidence")
@@ -187,7 +188,7 @@ def problems(rep: dict | Report, *, require_gpu: bool = False) -> list[str]:
     return out
 
 
-def _canon(v):
+def _canon(v: object) -> object:
     """Numbers as a JSON round trip through Go (cosign's predicate) leaves them: 2.0 and 2 are one value."""
     if isinstance(v, float) and v.is_integer():
         return int(v)
@@ -198,7 +199,7 @@ def _canon(v):
     return v
 
 
-def digest_of(rep: dict | Report) -> str:
+def digest_of(rep: dict[str, Any] | Report) -> str:
     """sha256 of a report's canonical JSON: recorded at validation, so `status` can say whether a report file still
     holds what the run wrote (promotion judges only signed statements; compare also with
     the signed predicate on the registry)."""

@@ -14,6 +14,12 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+    from rich.progress import Progress
 
 from gpuforge import options
 
@@ -24,12 +30,12 @@ FD_ENV = options.PROGRESS_FD_ENV
 _fd: int | None = None  # taken from the environment when pytest configures the plugin, never at import
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     global _fd
     _fd = options.take_progress_fd()
 
 
-def _emit(**event) -> None:
+def _emit(**event: object) -> None:
     if _fd is not None:
         try:
             os.write(_fd, (json.dumps(event) + "\n").encode())
@@ -37,15 +43,15 @@ def _emit(**event) -> None:
             pass
 
 
-def pytest_collection_finish(session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     _emit(total=len(session.items))
 
 
-def pytest_runtest_logstart(nodeid, location) -> None:
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     _emit(start=nodeid)
 
 
-def pytest_runtest_logreport(report) -> None:
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # a check ends with its call, or earlier when its setup failed or skipped it
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _emit(done=report.nodeid, outcome=report.outcome, seconds=round(report.duration, 1))
@@ -57,7 +63,8 @@ def pytest_runtest_logreport(report) -> None:
 class Watch:
     """Run pytest (`argv`) with progress events on a pipe; `wait()` returns its exit code."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], *, label: str, plain: bool, preexec_fn=None):
+    def __init__(self, argv: list[str], env: dict[str, str], *, label: str, plain: bool,
+                 preexec_fn: Callable[[], object] | None = None) -> None:
         self.label, self.plain = label, plain
         self.total = self.done = 0
         self.current = ""
@@ -68,7 +75,7 @@ class Watch:
                                      preexec_fn=preexec_fn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         os.close(w)  # the child holds the only write end: EOF when it exits
         self._events = os.fdopen(r, encoding="utf-8", errors="replace")
-        self._live = None
+        self._live: Progress | None = None
 
     def wait(self) -> int:
         if self.plain:
@@ -109,7 +116,7 @@ class Watch:
             self._event(ev)
         self._events.close()
 
-    def _event(self, ev: dict) -> None:
+    def _event(self, ev: dict[str, Any]) -> None:
         if "total" in ev:
             self.total = int(ev["total"])
             if self.plain:

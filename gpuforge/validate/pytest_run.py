@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 
@@ -79,7 +80,7 @@ def _pytest(args: list[str], run_id: str, files: list[str] | None = None, *, con
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent(parent: int):
+def die_with_parent(parent: int) -> Callable[[], None]:
     """Popen preexec_fn: the child gets SIGKILL when its parent dies (SIGKILL included), and exits at once
     if the parent is already gone (died between fork and prctl): no orphaned pytest runs on."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None  # looked up before fork
@@ -92,7 +93,7 @@ def die_with_parent(parent: int):
     return preexec
 
 
-def _raw_report(path: Path) -> dict | None:
+def _raw_report(path: Path) -> dict[str, Any] | None:
     """The child's report from its private temp folder (None: it wrote none, or a torn one)."""
     try:
         rep = json.loads(path.read_text())
@@ -126,7 +127,7 @@ def gpu_args(gpu_request: str, gpus: str | None = None) -> list[str]:
 
 def validate_targets(targets: list[Target], *, reports: Path, records: Records, pytest_args: str = "", gpu: bool = False,
                      gpu_request: str = "nvidia", progress_mode: str = "auto",
-                     on_report: Callable[[Target, Report, dict | None], None] | None = None,
+                     on_report: Callable[[Target, Report, dict[str, Any] | None], None] | None = None,
                      images: dict[str, str] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
@@ -214,7 +215,8 @@ def node_at_fault(rep: Report) -> str | None:
     ready = rep.facts.get("readiness") or {}
     failed = {c.module for c in rep.checks if c.outcome == "failed"}
     if ready.get("exit") in NODE_EXITS and failed <= GPU_MODULES:
-        return ready["verdict"]
+        verdict: str | None = ready["verdict"]  # readiness's one-line verdict
+        return verdict
     return None
 
 
@@ -233,8 +235,8 @@ def _preflight(targets: list[Target], builds: dict[str, tuple[str, str | None]],
         preflight.require_engine_gpu(builds[targets[0].id][0], gpu_request)
 
 
-def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: Path,
-                own: Path) -> tuple[dict[str, bytes], dict | None]:
+def _report_set(t: Target, image_id: str, rep: dict[str, Any], md: str, rpath: Path, tj: Path,
+                own: Path) -> tuple[dict[str, bytes], dict[str, Any] | None]:
     """(the files of the report set, the image's inventory): report JSON and Markdown, target.json, the JUnit XML
     the child wrote, and the image's package manifest (bound to the image id like the report) when it gave one."""
     outputs = {rpath.name: report.to_json(rep).encode(), rpath.with_suffix(".md").name: md.encode(),
@@ -251,7 +253,7 @@ def _report_set(t: Target, image_id: str, rep: dict, md: str, rpath: Path, tj: P
     return outputs, {"target": t.id, "image_id": image_id, **sbom}
 
 
-def _passed(t: Target, rc: int, rep: dict) -> bool:
+def _passed(t: Target, rc: int, rep: dict[str, Any]) -> bool:
     """Whether the run counts as passed; a partial run passes (for debugging, never promotable: said), a run whose
     checks all passed yet is not evidence (e.g. a chosen check's skip without a typed reason) fails, saying why."""
     if rc == 0 and rep["evidence"]["partial"]:
@@ -292,8 +294,8 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
             preflight.require_engine_gpu(image, gpu_request)
         elif host.startswith("local://"):
             preflight.require_local_gpu()
-        for e in expect:
-            args += ["--gpuforge-expect", e]
+        for want in expect:
+            args += ["--gpuforge-expect", want]
         rpath = reports / "smoke" / f"{tid}{'-' + level if level else ''}.json"
         if level:
             args += ["--gpuforge-level", level]

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
 from gpuforge import __version__, paths
 from gpuforge.errors import FatalError, StateError
@@ -37,19 +38,19 @@ def read(path: Path) -> Report:
     return Report.from_json(text, str(path))
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> dict[str, Any]:
     """A report file as its JSON data, checked through the report's shape (read) on the way: what the test suites
     and report.md read key by key."""
     return read(path).dump()
 
 
-def is_green(rep: dict, *, require_gpu: bool = False) -> bool:
+def is_green(rep: dict[str, Any], *, require_gpu: bool = False) -> bool:
     """Green: complete evidence (gpuforge.validate.evidence.problems finds nothing), judged from the content."""
     return not evidence.problems(rep, require_gpu=require_gpu)
 
 
-def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown",
-           content: dict | None = None, kind: selection.Kind | None = None) -> dict:
+def finish(rep: dict[str, Any], *, required: tuple[str, ...] | None = None, gpu: bool = False, revision: str = "unknown",
+           content: dict[str, Any] | None = None, kind: selection.Kind | None = None) -> dict[str, Any]:
     """The report with the host-side facts added: the evidence block (when `required` is given, chosen for `kind`;
     else a host check, never evidence), the verdict, and who made it when (gpuforge version, git revision, machine)."""
     rep = dict(rep)
@@ -64,7 +65,7 @@ def finish(rep: dict, *, required: tuple[str, ...] | None = None, gpu: bool = Fa
     return rep
 
 
-def to_json(rep: dict) -> str:
+def to_json(rep: dict[str, Any]) -> str:
     return json.dumps(rep, indent=2, sort_keys=True, default=str) + "\n"
 
 
@@ -82,7 +83,7 @@ def summarize(md: str) -> None:
 
 # --- report.md -------------------------------------------------------------------------------------
 
-def verdict(rep: dict) -> str:
+def verdict(rep: dict[str, Any]) -> str:
     """The headline: GREEN, RED, PARTIAL, or GREEN yet not promotable to prod without a GPU check; a readiness run
     that failed says whom it blames (the node or the image) after it."""
     ready = (rep.get("facts") or {}).get("readiness") or {}
@@ -90,7 +91,7 @@ def verdict(rep: dict) -> str:
     return f"{line}: {ready['verdict']}" if ready.get("exit") else line
 
 
-def _verdict(rep: dict) -> str:
+def _verdict(rep: dict[str, Any]) -> str:
     if not rep.get("evidence"):  # a host smoke run: no required set, so never evidence for promotion
         return "PASSED (host check, not evidence)" if _plain_pass(rep) else RED
     probs = evidence.problems(rep)
@@ -101,7 +102,7 @@ def _verdict(rep: dict) -> str:
     return GREEN
 
 
-def _plain_pass(rep: dict) -> bool:
+def _plain_pass(rep: dict[str, Any]) -> bool:
     outcomes = [c["outcome"] for c in rep.get("checks", [])]
     return rep.get("exit_status") == 0 and "failed" not in outcomes and "passed" in outcomes
 
@@ -149,7 +150,7 @@ def sentence(module: str, name: str) -> str:
     return words + (f" ({name[len(base) + 1:-1]})" if "[" in name else "")
 
 
-def _host(rep: dict) -> str:
+def _host(rep: dict[str, Any]) -> str:
     facts = rep.get("facts", {})
     drv = facts.get("driver") or {}
     names = [g.get("name") for g in drv.get("gpus") or [] if g.get("name")] or (facts.get("gpu_count") or {}).get("names") or []
@@ -161,8 +162,8 @@ def _host(rep: dict) -> str:
     return f"{counted}, driver {drv.get('driver') or '?'} ({where})"
 
 
-def _date(rep: dict) -> str:
-    finished = (rep.get("run") or {}).get("finished")
+def _date(rep: dict[str, Any]) -> str:
+    finished: str | None = (rep.get("run") or {}).get("finished")  # an ISO time in a report's run
     if finished:
         return finished
     started = rep.get("started")
@@ -171,7 +172,7 @@ def _date(rep: dict) -> str:
     return "unknown"
 
 
-def markdown(rep: dict) -> str:
+def markdown(rep: dict[str, Any]) -> str:
     """report.md, for a person: the verdict and the run's facts, then what was proven, what failed, what skipped
     and why, what was not checked, and every check in a collapsed table."""
     checks = rep.get("checks", [])
@@ -192,7 +193,7 @@ def markdown(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _head(rep: dict) -> list[str]:
+def _head(rep: dict[str, Any]) -> list[str]:
     """The title, the verdict, and the run's facts: target, image, gpuforge, date, host, counts."""
     checks = rep.get("checks", [])
     count = collections.Counter(c["outcome"] for c in checks)
@@ -217,9 +218,9 @@ def _head(rep: dict) -> list[str]:
     ]
 
 
-def _proven(checks: list[dict]) -> list[str]:
+def _proven(checks: list[dict[str, Any]]) -> list[str]:
     """What passed, grouped by concern (a validator module's docstring), one sentence per check."""
-    by_module: dict[str, list[dict]] = collections.defaultdict(list)
+    by_module: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for c in checks:
         by_module[c["module"]].append(c)
     lines = ["#### What was proven", ""]
@@ -233,7 +234,7 @@ def _proven(checks: list[dict]) -> list[str]:
     return lines
 
 
-def _failed(checks: list[dict]) -> list[str]:
+def _failed(checks: list[dict[str, Any]]) -> list[str]:
     failed = [c for c in checks if c["outcome"] == "failed"]
     if not failed:
         return []
@@ -241,7 +242,7 @@ def _failed(checks: list[dict]) -> list[str]:
                                          f"{' '.join((c.get('message') or '').split())[:200]}" for c in failed]]
 
 
-def _skipped(checks: list[dict]) -> list[str]:
+def _skipped(checks: list[dict[str, Any]]) -> list[str]:
     """What skipped, counted per reason, with the modules each reason skipped in."""
     skipped = collections.Counter(evidence.skip_reason(c) or "no reason given" for c in checks if c["outcome"] == "skipped")
     lines = ["", "#### What was skipped, and why", ""]
@@ -252,7 +253,7 @@ def _skipped(checks: list[dict]) -> list[str]:
     return lines if skipped else [*lines, "- nothing skipped"]
 
 
-def _not_applicable(rep: dict) -> list[str]:
+def _not_applicable(rep: dict[str, Any]) -> list[str]:
     """The validators this image's kind does not call for (never run, never skipped): one line per reason, with
     their modules."""
     sel = rep.get("selection") or {}
@@ -270,7 +271,7 @@ def _not_applicable(rep: dict) -> list[str]:
     return lines
 
 
-def _not_checked(rep: dict) -> list[str]:
+def _not_checked(rep: dict[str, Any]) -> list[str]:
     """What the run did not prove: the GPU, required checks not run, deselected ones, or (a host) the image at all."""
     checks, ev = rep.get("checks", []), rep.get("evidence") or {}
     out = []

@@ -150,7 +150,7 @@ class Report(BaseModel):
     run: Run | None = None
 
     @classmethod
-    def of(cls, data: Report | dict, where: str = "validation report") -> Report:
+    def of(cls, data: Report | dict[str, Any], where: str = "validation report") -> Report:
         """`data` as a Report (a Report as is); another shape is one line naming `where` and the first bad field."""
         if isinstance(data, Report):
             return data
@@ -174,7 +174,7 @@ class Report(BaseModel):
             raise StateError(msg)
         return cls.of(data, where)
 
-    def dump(self) -> dict:
+    def dump(self) -> dict[str, Any]:
         """The report as JSON data: the keys and values it was made from, nothing added."""
         return self.model_dump(exclude_unset=True)
 
@@ -184,7 +184,8 @@ class Report(BaseModel):
 
     def gpu_summary(self) -> tuple[str | None, str | None]:
         """(GPU model(s), driver) as the run saw them: facts.gpus, or the driver facts' gpus (the validators' shape)."""
-        drv = self.facts.get("driver") if isinstance(self.facts.get("driver"), dict) else {}
+        given = self.facts.get("driver")
+        drv = given if isinstance(given, dict) else {}
         gpus = self.facts.get("gpus") or drv.get("gpus") or []
         model = ", ".join(sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})) or None
         return model, drv.get("driver")

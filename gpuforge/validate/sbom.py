@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
@@ -26,7 +27,7 @@ def _distro(os_name: str) -> tuple[str, str]:
     return "debian", os_name
 
 
-def bom(*, target_id: str, image_id: str, os_name: str, inventory: dict) -> Bom:
+def bom(*, target_id: str, image_id: str, os_name: str, inventory: dict[str, Any]) -> Bom:
     ns, distro = _distro(os_name)
     b = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"gpuforge:{target_id}:{image_id}"))  # one serial per image
     root = b.metadata.component = Component(name=f"gpuforge/{target_id}", version=image_id,
@@ -54,6 +55,6 @@ def problems(text: str) -> str | None:
     return str(err) if err else None
 
 
-def write(path: Path, *, target_id: str, image_id: str, os_name: str, inventory: dict) -> Path:
+def write(path: Path, *, target_id: str, image_id: str, os_name: str, inventory: dict[str, Any]) -> Path:
     path.write_text(to_json(bom(target_id=target_id, image_id=image_id, os_name=os_name, inventory=inventory)))
     return path

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpuforge.image.expected import Expected
 
@@ -51,7 +52,7 @@ class Kind:
         """e.g. 'runtime/wheels, no GPU': how a report and an error name the kind."""
         return f"{self.flavor or 'any flavor'}/{self.source or 'any source'}, {'GPU' if self.gpu else 'no GPU'}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"flavor": self.flavor, "source": self.source, "gpu": self.gpu}
 
 
@@ -82,7 +83,7 @@ def not_applicable(marks: Marks, kind: Kind) -> str | None:
     return None
 
 
-def marks_of(markers: Iterable) -> dict[str, tuple[str, ...]]:
+def marks_of(markers: Iterable[Any]) -> dict[str, tuple[str, ...]]:
     """The selection markers among a pytest item's (`item.iter_markers()`), closest first; a marker repeated at
     module and function level: the function's wins."""
     out: dict[str, tuple[str, ...]] = {}

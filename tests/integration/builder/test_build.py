@@ -123,8 +123,8 @@ def test_failed_target_gets_no_tag_and_others_still_build(default_build, docker_
     assert "a pinned Python package version is not on the index" in err  # the cause, not the log's last line
     assert "2.7.99" in log.read_text()
     assert docker_engine.images.get("gpuforge-test/broken:latest").id == base.id, "the failed build moved a tag"
-    assert records.get(bad.id) is None
-    assert docker_engine.images.get("gpuforge-test/good:latest").id == records.get(good.id)["image_id"]
+    assert records.build(bad.id) is None
+    assert docker_engine.images.get("gpuforge-test/good:latest").id == records.require_build(good.id).image_id
     for tag in ("gpuforge-test/broken:latest", "gpuforge-test/good:latest"):
         docker_engine.images.remove(tag)
 

@@ -36,8 +36,9 @@ def _matrix(tmp_path: Path, registry: str, repo: str) -> Path:
 
 
 def _record(state: Path, target_id: str, monkeypatch) -> dict:
+    """The target's build record in `state`, as the dict built_by notes (the default build's fixture gives one)."""
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))
-    return records.require(target_id)
+    return records.require_build(target_id).model_dump(exclude_none=True)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ from gpuforge.plan.matrix import load_matrix
 from gpuforge.plan.target import ImageRef
 from gpuforge.registry import attest
 from gpuforge.registry.client import Registry
+from gpuforge.state.models import BuildRecord
 from gpuforge.validate import evidence
 from gpuforge.validate.report_model import Report
 
@@ -142,24 +143,24 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
         return r
 
     run_state = os.environ["GPUFORGE_STATE_DIR"]  # the run's (tests/conftest.py), where once-per-run results are
-    monkeypatch.setenv("GPUFORGE_STATE_DIR", env["GPUFORGE_STATE_DIR"])  # records.require reads the CLI's state
+    monkeypatch.setenv("GPUFORGE_STATE_DIR", env["GPUFORGE_STATE_DIR"])  # records.require_build reads the CLI's state
 
-    def record() -> dict:
-        return records.require(t.id)
+    def record() -> BuildRecord:
+        return records.require_build(t.id)
 
     # gzip level 1 for the layers this store keeps and pushes (--compression-level: gzip at 1 took 2.4x less CPU than at
     # 6 for 6.6 % more bytes over torch's libraries, docs/cli.md); the end of the default case shows it reached the exporter
     out = cli("build", "--extra-ca", str(test_ca["bundle"]), "--progress", "plain", "--provenance", provenance,
               "--compression-level", str(GZIP_LEVEL)).stdout
     rec = record()
-    cached = run_steps(Path(rec["log"]).read_text())  # the build's plain BuildKit log
+    cached = run_steps(Path(rec.log).read_text())  # the build's plain BuildKit log
     print(f"\n{sum(cached.values())} of {len(cached)} RUN steps from BuildKit's cache")
-    print(f"{t.id} (provenance {provenance}) built on engine {rec['engine']}, image store {rec['image_store']}: "
-          f"{rec['image_id']}{' (an image index)' if rec['image_index'] else ''}")
-    assert f"image store {rec['image_store']}" in out
-    assert rec["engine"].startswith("26.1.5") and rec["image_store"].startswith("containerd/")
-    assert engine26.client.images.get(rec["image_id"]).id == rec["image_id"]  # the engine's own id, not the iidfile's
-    assert rec["image_index"] is (provenance == "default")
+    print(f"{t.id} (provenance {provenance}) built on engine {rec.engine}, image store {rec.image_store}: "
+          f"{rec.image_id}{' (an image index)' if rec.image_index else ''}")
+    assert f"image store {rec.image_store}" in out
+    assert rec.engine.startswith("26.1.5") and rec.image_store.startswith("containerd/")
+    assert engine26.client.images.get(rec.image_id).id == rec.image_id  # the engine's own id, not the iidfile's
+    assert rec.image_index is (provenance == "default")
     if provenance == "default":  # the module's engine starts empty: a cold build, every step run
         assert not any(cached.values()), f"steps from a cache on an empty engine: {[h[:80] for h, c in cached.items() if c]}"
     else:  # the cold build's cache: the devel target through classic BuildKit shares its layers below the devel steps
@@ -167,10 +168,10 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
 
     cli("push", "--registry", registry)
     rec = record()
-    pushed = ImageRef.parse(rec["pushed_ref"])
+    pushed = ImageRef.parse(rec.pushed_ref)
     host, repo, tag = pushed.registry, pushed.repository, pushed.tag
-    digest = rec["digest"]
-    assert digest == rec["image_id"], "the containerd store pushes the very manifest/index it names the image by"
+    digest = rec.digest
+    assert digest == rec.image_id, "the containerd store pushes the very manifest/index it names the image by"
     m = Registry(state_here.auth()).manifest(pushed.pinned(digest))
     assert m is not None and m.digest == digest and m.is_index is (provenance == "default")
     if m.is_index:  # the image manifest plus BuildKit's attestation manifest (platform unknown/unknown)
@@ -184,20 +185,20 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
               "--key", keys["pub"]).stdout
     signed, *gpu_signed = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,
                                                      state_here.verifier(keys["pub"]))  # subject == this digest, or none
-    assert signed["evidence"]["image_id"] == rec["image_id"] and not signed["gpu"]
+    assert signed["evidence"]["image_id"] == rec.image_id and not signed["gpu"]
     if provenance == "false":
         source = SIGNED.get("default")
         assert source, "the provenance-off case reuses the default case's evidence: run the module whole"
         assert "gpuforge: reused: the image checks" in out and "gpuforge: validating" not in out, out[-3000:]
         assert signed["run"]["reused_from"]["source"] == source
         # the same layers, as this engine holds each image: the reuse was of this very content
-        assert signed["evidence"]["diff_ids"] == layers(engine26, rec["image_id"]) == layers(engine26, source)
+        assert signed["evidence"]["diff_ids"] == layers(engine26, rec.image_id) == layers(engine26, source)
         # and the source's GPU run of these bytes (the fixture below), one statement per GPU host, with no GPU here
         assert "gpuforge: reused: the GPU checks" in out and "of H200 on driver 580.159.04" in out, out[-3000:]
         [gpu] = gpu_signed
         assert gpu["gpu"] and gpu["run"]["reused_from"]["source"] == source
-        assert gpu["evidence"]["image_id"] == rec["image_id"] and gpu["evidence"]["diff_ids"] == signed["evidence"]["diff_ids"]
-        print(f"reused {source}'s signed validation and GPU run for {rec['image_id'][:19]}: no validator ran")
+        assert gpu["evidence"]["image_id"] == rec.image_id and gpu["evidence"]["diff_ids"] == signed["evidence"]["diff_ids"]
+        print(f"reused {source}'s signed validation and GPU run for {rec.image_id[:19]}: no validator ran")
     else:
         assert "gpuforge: validating" in out and "reused_from" not in signed["run"] and not gpu_signed
         assert signed["evidence"]["diff_ids"] and signed["evidence"]["config"]
@@ -226,8 +227,8 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     # zstd layers (the containerd store's builder can export them): <tag>-zstd beside the gzip <tag>
     out = cli("push", "--registry", registry, "--compression", "both").stdout
     rec = record()
-    assert rec["digest"] == digest, "the gzip push is the same bytes again"
-    zdigest = rec["digest_zstd"]
+    assert rec.digest == digest, "the gzip push is the same bytes again"
+    zdigest = rec.digest_zstd
     zm = Registry(state_here.auth()).manifest(pushed.with_tag(f"{tag}-zstd"))
     assert zm is not None and zm.digest == zdigest != digest
     zcfg, gcfg = Registry(state_here.auth()).config(pushed.pinned(zdigest)), Registry(state_here.auth()).config(pushed.pinned(digest))
@@ -239,7 +240,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
     # 20.10) are asked last, not as arguments, so that the cold build runs beside them instead of waiting; under the
     # run's state dir, where that worker leaves its results (under this module's, the fixtures would build and push the
     # default again and record it here)
-    frozen = pins.freeze(engine26.client, rec["image_id"])
+    frozen = pins.freeze(engine26.client, rec.image_id)
     assert pins.unpinned(frozen, t) == {}, "installed but not pinned"
     mine = max(layer_sizes(Registry(state_here.auth()), pushed.pinned(digest)))
     with monkeypatch.context() as mp:  # the run's once-per-run results, and its registry's credentials
@@ -292,14 +293,14 @@ def classic_devel_build(engine26, test_ca, tmp_path: Path, monkeypatch) -> None:
     assert "build driver: classic (DOCKER_BUILDKIT=1 docker build)" in r.stdout
     with monkeypatch.context() as mp:
         mp.setenv("GPUFORGE_STATE_DIR", str(state))
-        rec = records.require(t.id)
-    print(f"{t.id}: built by {rec['driver']} via {rec.get('client', '?')} in {rec.get('seconds', '?')} s")
-    assert rec["driver"] == "classic" and engine26.client.images.get(rec["image_id"]).id == rec["image_id"]
-    steps = run_steps(Path(rec["log"]).read_text())
+        rec = records.require_build(t.id)
+    print(f"{t.id}: built by {rec.driver} via {rec.client or '?'} in {rec.seconds} s")
+    assert rec.driver == "classic" and engine26.client.images.get(rec.image_id).id == rec.image_id
+    steps = run_steps(Path(rec.log).read_text())
     torch_steps = [h for h in steps if "uv pip install" in h]
     assert torch_steps and all(steps[h] for h in torch_steps), f"the torch step ran again: {steps}"
     ran = [h for h, cached in steps.items() if not cached]
     assert any("--mount=type=secret,id=ca" in h and "nvidia-cuda-nvcc" in h for h in ran) and any(
         "--mount=type=cache" in h and "build-essential" in h for h in ran), (
         f"the devel image's own steps did not run through the classic driver: {[h[:80] for h in ran]}")
-    assert pins.unpinned(pins.freeze(engine26.client, rec["image_id"]), t) == {}, "installed but not pinned"
+    assert pins.unpinned(pins.freeze(engine26.client, rec.image_id), t) == {}, "installed but not pinned"

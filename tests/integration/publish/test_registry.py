@@ -20,7 +20,6 @@ test_devel_target.py.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as dt
 import json
@@ -191,9 +190,9 @@ def token_pushed(gpu_signed, token_registry, cosign_keys):
 def restore_record(default_build):
     """Tests that rewrite the build record (as a tampering user would) get it back afterwards."""
     t = default_build[0]
-    before = copy.deepcopy(records.require(t.id))
+    before = records.require_build(t.id)
     yield
-    records.update(t.id, **before)
+    records.restore_build(t.id, before)
 
 
 def _digest(registry: str, repo: str, tag: str) -> str | None:
@@ -203,7 +202,7 @@ def _digest(registry: str, repo: str, tag: str) -> str | None:
 
 def _version(t) -> str:
     """The version tag of the target's recorded build (the run's default build, unless a test records another)."""
-    return records.require(t.id)["version"]
+    return records.require_build(t.id).version
 
 
 def _env_tags(t, env: str, version: str | None = None) -> list[str]:
@@ -242,9 +241,9 @@ def _repo_copy(pushed, repo: str, *, evidence_too: bool = True):
 
 def test_push_records_the_digest_of_the_validated_image(pushed, creds):
     t, res = pushed
-    assert records.get(t.id)["digest"] == res["digest"]
+    assert records.require_build(t.id).digest == res["digest"]
     m = Registry(state_here.auth()).manifest(t.ref.pinned(res["digest"]))
-    assert m.config_digest == records.get(t.id)["image_id"]
+    assert m.config_digest == records.require_build(t.id).image_id
 
 
 def test_validate_attest_signs_the_runs_own_report(pushed, creds, cosign_keys):
@@ -307,7 +306,7 @@ def test_consumer_verifies_the_promoted_image_with_cosign(gpu_signed, creds, cos
     preds = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.VALIDATION_TYPE,
                                        state_here.verifier(cosign_keys["pub"]))
     assert preds[0]["green"] and not evidence.problems(preds[0])
-    assert preds[0]["evidence"]["image_id"] == records.get(t.id)["image_id"]
+    assert preds[0]["evidence"]["image_id"] == records.require_build(t.id).image_id
     [inv] = attest.verified_predicates(f"{t.registry}/{t.repository}@{res['digest']}", attest.INVENTORY_TYPE,
                                        state_here.verifier(cosign_keys["pub"]))
     assert inv["python"]["torch"].startswith("2.7.1")
@@ -391,7 +390,7 @@ def test_forged_report_sequence_is_refused(pushed, creds, cosign_keys, tmp_path,
     rep["facts"]["versions"]["torch"] = "6.6.6"
     rep["started"] = time.time() + 10 * 365 * 86400
     path.write_text(json.dumps(rep))
-    records.update(t.id, report_digest=evidence.digest_of(rep))
+    records.update_build(t.id, report_digest=evidence.digest_of(rep))
     r = gpuforge("--matrix", str(m), "attest", "--key", cosign_keys["key"], "--reports", str(reports))
     assert r.returncode == 7 and "attest of a report file is refused" in r.stderr, r.stderr
     att = "sha256-" + res["digest"].split(":", 1)[1] + ".att"
@@ -618,7 +617,7 @@ def derived_image(docker_engine, pushed, tmp_path):
     """A second image of the same target: the default image plus one file (a new digest in seconds)."""
     t, _ = pushed
     base_tag = f"gpuforge-test/rollback-base:{uuid.uuid4().hex[:12]}"
-    docker_engine.images.get(records.require(t.id)["image_id"]).tag(base_tag)
+    docker_engine.images.get(records.require_build(t.id).image_id).tag(base_tag)
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "marker").write_text(uuid.uuid4().hex)
     (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY marker /opt/gpuforge-rollback-marker\n")
@@ -640,13 +639,13 @@ def test_a_second_build_promotes_without_replace_rollback_restores_prod_and_a_se
     _promote(tr, "dev", cosign_keys)
     _promote(tr, "prod", cosign_keys)
     # other bytes under A's build identifier are a re-push of A's version tag: refused without --replace
-    records.update(t.id, image_id=derived_image)
+    records.update_build(t.id, image_id=derived_image)
     with pytest.raises(PromotionRefused, match=r"already holds .* version tags are immutable: pass --replace"):
         pusher.push_targets([tr], **state_here.push_kw())
     # B: the next build of the same target, as `gpuforge build` records it: its own version tag, pushed beside A's
     build_b = BuildId.at_time(dt.datetime.now(dt.UTC))
     vb = tr.version(build_b)
-    records.update(t.id, image_id=derived_image, build=str(build_b), version=vb)
+    records.update_build(t.id, image_id=derived_image, build=str(build_b), version=vb)
     [pb] = pusher.push_targets([tr], **state_here.push_kw())  # no --replace
     b = pb["digest"]
     assert b != a and vb != va
@@ -721,10 +720,10 @@ def test_a_builds_environment_tag_moves_only_with_replace(pushed, derived_image,
     a, va = res["digest"], _version(t)
     tr, _ = _repo_copy(pushed, "gpuforge/replace")
     _promote(tr, "dev", cosign_keys)
-    records.update(t.id, image_id=derived_image)  # other bytes, the same build identifier
+    records.update_build(t.id, image_id=derived_image)  # other bytes, the same build identifier
     [pb] = pusher.push_targets([tr], replace=True, **state_here.push_kw())
     b = pb["digest"]
-    last = records.get(t.id)["replaced"][-1]
+    last = records.require_build(t.id).replaced[-1]
     assert b != a and (last["tag"], last["from"], last["to"]) == (va, a, b)
     _sign(tr, b, _fixture_rep(res["report"], "the default image's run, for the derived image", derived_image), cosign_keys)
     msg = _refused(tr, f"version tag\\(s\\) .*{va}-dev .*immutable: pass --replace", cosign_keys, env="dev")

@@ -21,11 +21,12 @@ WRITER = textwrap.dedent("""
     field, other, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     seen_other = -1
     for i in range(n):
-        rec = records.update("shared", **{field: i})
-        if rec[field] != i or rec.get(other, -1) < seen_other:  # the other writer's field went back: a lost update
-            print(f"LOST {field}={rec[field]} (wrote {i}) {other}={rec.get(other)} after {seen_other}", flush=True)
+        rec = records.update_build("shared", **{field: i})
+        if getattr(rec, field) != i or getattr(rec, other) < seen_other:  # the other writer's field went back: lost
+            print(f"LOST {field}={getattr(rec, field)} (wrote {i}) {other}={getattr(rec, other)} after {seen_other}",
+                  flush=True)
             sys.exit(3)
-        seen_other = rec.get(other, -1)
+        seen_other = getattr(rec, other)
 """)
 
 READER = textwrap.dedent("""
@@ -49,16 +50,17 @@ READER = textwrap.dedent("""
                 print(f"TORN {len(text)} bytes: {text[:60]!r}", flush=True)
                 continue
         try:
-            rec = records.get("shared") or {}  # the locked, typed read
+            rec = records.build("shared")  # the locked, typed read (None: not yet written)
         except StateError as e:
             print(f"TORN typed read: {e}", flush=True)
             bad += 1
             continue
         for k in last:
-            if rec.get(k, -1) < last[k]:
-                print(f"BACKWARDS {k} {rec.get(k)} after {last[k]}", flush=True)
+            now = getattr(rec, k, -1)
+            if now < last[k]:
+                print(f"BACKWARDS {k} {now} after {last[k]}", flush=True)
                 bad += 1
-            last[k] = rec.get(k, -1)
+            last[k] = now
     print(json.dumps({"reads": reads, "bad": bad}), flush=True)
     sys.exit(1 if bad else 0)
 """)
@@ -93,7 +95,7 @@ def test_two_writers_and_a_reader_lose_nothing(tmp_path, monkeypatch):
     state, stop = tmp_path / "state", tmp_path / "stop"
     env = _env(state)
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(state))  # this process seeds the record the writers share
-    records.update("shared", image_id="sha256:" + "a" * 64)
+    records.update_build("shared", image_id="sha256:" + "a" * 64)
     reader = _reader(state, stop, env)
     writers = [_py(WRITER, "size", "seconds", str(N), env=env), _py(WRITER, "seconds", "size", str(N), env=env)]
     outs = [w.communicate(timeout=600)[0] for w in writers]

@@ -152,7 +152,7 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
     tag = f"gpuforge-test/state-{uuid.uuid4().hex[:8]}:record-first"
     t2 = dataclasses.replace(t, tags=(tag,))
     rec = {**rec, "image_id": _pinned(docker_engine, t, rec, tag)}
-    records.update(t.id, **{k: v for k, v in rec.items() if k in records.BuildRecord.model_fields})
+    records.update_build(t.id, **{k: v for k, v in rec.items() if k in records.BuildRecord.model_fields})
     ctx = render.copy_context(tmp_path / "ctx")
     render.write(t2, ctx / "images" / "dist")
     with (ctx / "images" / "context" / "entrypoint.sh").open("a") as f:
@@ -166,7 +166,7 @@ def test_unwritable_state_dir_moves_no_build_tag(default_build, docker_engine, t
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not record it, so no tag moved", capsys.readouterr().err)
         assert new, "the build did not say what it built and why no tag moved"
         assert docker_engine.images.get(tag).id == rec["image_id"], "the tag moved without its record"
-        assert records.require(t.id)["image_id"] == rec["image_id"]
+        assert records.require_build(t.id).image_id == rec["image_id"]
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(state)], check=False)
         docker_engine.images.remove(tag)
@@ -189,7 +189,7 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
     tag = f"gpuforge-test/state-{uuid.uuid4().hex[:8]}:put-back"
     rec = {**rec, "image_id": _pinned(docker_engine, t, rec, tag)}
-    records.update(t.id, **{k: v for k, v in rec.items() if k in records.BuildRecord.model_fields})
+    records.update_build(t.id, **{k: v for k, v in rec.items() if k in records.BuildRecord.model_fields})
     t2 = dataclasses.replace(t, tags=(tag, "gpuforge-test/NOT_A_VALID_REPO:x"))  # the engine refuses upper case
     ctx = render.copy_context(tmp_path / "ctx")
     render.write(t2, ctx / "images" / "dist")
@@ -203,7 +203,8 @@ def test_a_tag_that_cannot_move_puts_the_tags_and_the_record_back(default_build,
         new = re.search(r"built (sha256:[0-9a-f]{12}) but could not tag it gpuforge-test/NOT_A_VALID_REPO:x", err)
         assert new and "its tags and record were put back" in err, err[-2000:]
         assert docker_engine.images.get(tag).id == rec["image_id"], "the first tag stayed on the unrecorded image"
-        assert records.require(t.id) == {k: v for k, v in rec.items() if k in records.BuildRecord.model_fields}
+        assert records.require_build(t.id) == records.BuildRecord(**{k: v for k, v in rec.items()
+                                                                      if k in records.BuildRecord.model_fields})
     finally:
         docker_engine.images.remove(tag)
         if new:

@@ -37,17 +37,15 @@ def test_wrong_expected_torch_fails_versions(default_build, tmp_path):
 def test_complete_run_with_unlisted_skips_fails_validate(default_build, tmp_path):
     """Every required check ran (none deselected), but they skipped for a reason off the reviewed list:
     not partial, not evidence, and `gpuforge validate` exits 5 naming why."""
-    import copy
-
     from state_here import records
 
     t, _ = default_build
-    before = copy.deepcopy(records.require(t.id))
+    before = records.require_build(t.id)
     path = f"{ROOT / 'tests' / 'integration' / 'validate'}:{os.environ.get('PYTHONPATH', '')}"
     try:
         r = gpuforge("validate", "--reports", str(tmp_path), "--pytest-args", "-p skip_everything", env={"PYTHONPATH": path})
     finally:
-        records.update(t.id, **before)
+        records.restore_build(t.id, before)
     assert r.returncode == 5, r.stderr[-2000:]
     assert "not evidence: required check" in r.stderr and "a chosen check may skip only for a typed" in r.stderr
     rep = report.load(tmp_path / t.id / "report.json")

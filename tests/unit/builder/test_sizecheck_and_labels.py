@@ -50,6 +50,27 @@ def test_committed_baseline_is_well_formed():
     assert sizecheck.load()[TID]["store"] == "overlay2"
 
 
+def test_size_baseline_tool_records_a_build_from_its_typed_record(tmp_path, monkeypatch, capsys):
+    """tools/size_baseline.py reads the build record of the state dir gpuforge resolves and writes the baseline."""
+    import importlib
+    import sys
+
+    from gpuforge import paths
+
+    monkeypatch.syspath_prepend(str(paths.project_root() / "tools"))
+    tool = importlib.import_module("size_baseline")
+    monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "size-baseline.json"
+    monkeypatch.setattr(sizecheck, "BASELINE", out)
+    assert tool.main(["other-target"]) == 2 and "build it first" in capsys.readouterr().err
+    records.update_build(TID, image_id="sha256:" + "a" * 64, size=6_100_000_000, image_store="overlay2", engine="29.1")
+    assert tool.main([TID]) == 0
+    assert json.loads(out.read_text())["targets"][TID] == {"size": 6_100_000_000, "store": "overlay2", "engine": "29.1",
+                                                           "image_id": "sha256:" + "a" * 64, "revision": "unknown"}
+    assert "6.100 GB on overlay2" in capsys.readouterr().out
+    sys.modules.pop("size_baseline", None)
+
+
 def test_build_labels_are_passed_on_the_command_line(tmp_path):
     from gpuforge.plan.matrix import load_matrix
 

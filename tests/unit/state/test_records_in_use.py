@@ -1,41 +1,28 @@
-"""Records are typed in use: gpuforge reads BuildRecord fields by name (never a string-keyed dict view of the
-record), and every field it writes is read by something (no write-only field)."""
+"""Records are typed in use: Records hands out BuildRecord / BuildsFile (never a dict of a record), and every field
+gpuforge writes is read by something (no write-only field)."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 
 from gpuforge import paths
 from gpuforge.state.models import BuildRecord
+from gpuforge.state.records import Records
 
 PKG = paths.project_root() / "gpuforge"
-DICT_VIEWS = {"get", "require", "update", "load"}  # Records' dict views, for readers outside the package
 OWNERS = {PKG / "state" / "models.py", PKG / "state" / "records.py"}
 
 
-def _trees():
+def _trees() -> dict:
     return {py: ast.parse(py.read_text(), str(py)) for py in sorted(PKG.rglob("*.py")) if py not in OWNERS}
 
 
-def _dict_view_calls(tree: ast.Module) -> list[int]:
-    """Lines calling records.get/require/update/load (a Records held as `records`, or self.records / opts.records)."""
-    out = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in DICT_VIEWS:
-            holder = n.func.value
-            name = holder.id if isinstance(holder, ast.Name) else holder.attr if isinstance(holder, ast.Attribute) else ""
-            if name == "records":
-                out.append(n.lineno)
-    return sorted(out)
-
-
-def test_gpuforge_reads_records_typed():
-    bad = [f"{py.relative_to(PKG.parent)}:{line}" for py, tree in _trees().items() for line in _dict_view_calls(tree)]
-    assert not bad, "string-keyed record reads (use build/require_build/update_build): " + ", ".join(bad)
-
-
-def test_the_finder_finds_a_dict_read():
-    assert _dict_view_calls(ast.parse('rec = records.require(t.id)["image_id"]\nself.opts.records.get("x")')) == [1, 2]
+def test_records_hand_out_typed_records_only():
+    public = {n: f for n, f in vars(Records).items() if inspect.isfunction(f) and not n.startswith("_")}
+    assert {"build", "require_build", "update_build", "restore_build", "load_file"} <= set(public)
+    returns = {n: str(f.__annotations__.get("return")) for n, f in public.items()}
+    assert not [n for n, r in returns.items() if "dict" in r], returns
 
 
 def test_every_record_field_is_read():

@@ -13,6 +13,7 @@ from state_here import records
 from gpuforge import cli
 from gpuforge.errors import StateError
 from gpuforge.state import files
+from gpuforge.state.models import BuildRecord
 
 IMG = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
@@ -56,7 +57,7 @@ def test_malformed_builds_json_is_one_line(state, make, words):
     state.mkdir()
     (state / "elsewhere.json").write_text(json.dumps({"t": {"image_id": IMG}}))
     make(state / "builds.json")
-    for call in (lambda: records.get("t"), lambda: records.update("t", image_id=IMG)):
+    for call in (lambda: records.build("t"), lambda: records.update_build("t", image_id=IMG)):
         with pytest.raises(StateError) as e:
             call()
         msg = _one_line(e.value, state / "builds.json")
@@ -72,7 +73,7 @@ def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, mak
 
     state.mkdir()
     make(state / "builds.json")
-    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.require(targets[0].id))
+    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.require_build(targets[0].id))
     rc = cli.main(["push"])
     err = capsys.readouterr().err
     assert rc == 8 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -82,24 +83,24 @@ def test_the_cli_says_it_in_one_line_with_exit_8(state, capsys, monkeypatch, mak
 def test_unversioned_records_of_earlier_releases_are_read_and_rewritten_versioned(state):
     state.mkdir()
     (state / "builds.json").write_text(json.dumps({"t": {"image_id": IMG, "tags": ["r:t"], "report_digest": "sha256:1"}}))
-    assert records.require("t")["report_digest"] == "sha256:1"
-    records.update("t", digest="sha256:" + "c" * 64)
+    assert records.require_build("t").report_digest == "sha256:1"
+    records.update_build("t", digest="sha256:" + "c" * 64)
     doc = json.loads((state / "builds.json").read_text())
     assert doc["schema_version"] == 1 and doc["builds"]["t"]["tags"] == ["r:t"] and doc["builds"]["t"]["digest"]
 
 
 def test_update_merges_and_refuses_unknown_fields_and_bad_values(state):
-    records.update("t", image_id=IMG, tags=["a:1"])
-    records.update("t", report_digest="sha256:1")
-    assert records.require("t") == {"image_id": IMG, "tags": ["a:1"], "size": 0, "seconds": 0.0, "report_digest": "sha256:1"}
+    records.update_build("t", image_id=IMG, tags=["a:1"])
+    assert records.update_build("t", report_digest="sha256:1") == records.require_build("t")
+    assert records.require_build("t") == BuildRecord(image_id=IMG, tags=["a:1"], report_digest="sha256:1")
     with pytest.raises(TypeError, match="colour"):
-        records.update("t", colour="red")
+        records.update_build("t", colour="red")
     with pytest.raises(StateError, match="image_id"):
-        records.update("u", report="r.json")  # a record starts with a build
+        records.update_build("u", report="r.json")  # a record starts with a build
     with pytest.raises(StateError, match="size"):
-        records.update("t", size="big")
+        records.update_build("t", size="big")
     records.restore_build("t", None)
-    assert records.get("t") is None
+    assert records.build("t") is None
 
 
 def test_symlinked_state_dir_is_refused(tmp_path, monkeypatch):
@@ -108,7 +109,7 @@ def test_symlinked_state_dir_is_refused(tmp_path, monkeypatch):
     (tmp_path / "link").symlink_to(real)
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "link"))
     with pytest.raises(StateError) as e:
-        records.update("t", image_id=IMG)
+        records.update_build("t", image_id=IMG)
     assert "is a symlink" in _one_line(e.value, tmp_path / "link")
     assert list(real.iterdir()) == []
 
@@ -152,15 +153,15 @@ def mountpoint(tmp_path):
 
 def test_read_only_state_dir_is_one_line_and_still_readable(mountpoint, monkeypatch, capsys):
     monkeypatch.setenv("GPUFORGE_STATE_DIR", str(mountpoint / "state"))
-    records.update("t", image_id=IMG)
+    records.update_build("t", image_id=IMG)
     subprocess.run(["mount", "-o", "remount,ro", str(mountpoint)], check=True)
-    assert records.require("t")["image_id"] == IMG  # readers need no write access
+    assert records.require_build("t").image_id == IMG  # readers need no write access
     with pytest.raises(StateError) as e:
-        records.update("t", image_id=OTHER)
+        records.update_build("t", image_id=OTHER)
     assert "read-only file system" in _one_line(e.value, mountpoint / "state")
     from gpuforge.push import pusher
 
-    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.update(targets[0].id, image_id=OTHER))
+    monkeypatch.setattr(pusher, "push_targets", lambda targets, **_: records.update_build(targets[0].id, image_id=OTHER))
     assert cli.main(["push"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"gpuforge: error: {mountpoint / 'state'}") and "read-only" in err, err
