@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import opa_bindings
 import regorus
-from fleet_reports import base_from_h200_run, gpu_report
+from fleet_reports import base_from_h200_run, gpu_report, non_gpu
 
 from gpuforge.evidence import statements
 from gpuforge.validate.report_model import Report
@@ -52,10 +52,7 @@ def _skipped_required() -> dict:
 
 
 def _non_gpu() -> dict:
-    rep = copy.deepcopy(green())
-    rep["gpu"] = False
-    rep["evidence"]["gpu_required"] = False
-    return rep
+    return non_gpu(green())
 
 
 def _node(pred: dict, path: tuple):

@@ -58,6 +58,30 @@ def _typed(c: dict) -> dict:
     return c
 
 
+# The same target validated without GPUs: what a dev (non-GPU) run is chosen for
+NON_GPU_KIND = selection.Kind("runtime", "wheels", gpu=False)
+
+
+def non_gpu(rep: dict) -> dict:
+    """`rep` as a non-GPU run of the same image reports it: the checks that apply only with GPUs (and their one-GPU
+    skips) are not chosen for it, so they are left out of its checks and its required set, as validate does."""
+    marked = evidence.collected()
+    keep = [c for c in rep["checks"]
+            if c["id"] not in marked or selection.not_applicable(marked[c["id"]], NON_GPU_KIND) is None]
+    out = copy.deepcopy(rep)
+    out["checks"] = copy.deepcopy(keep)
+    out["gpu"] = False
+    out.setdefault("selection", {})["kind"] = NON_GPU_KIND.as_dict()
+    ev = out.get("evidence")
+    if ev:
+        ids = {c["id"] for c in keep}
+        ev.update(required=[i for i in ev["required"] if i in ids], gpu_required=False)
+        ev.pop("gpu_host", None)
+        if "kind" in ev:
+            ev["kind"] = NON_GPU_KIND.as_dict()
+    return out
+
+
 def gpu_checks(base_checks: list[dict], required: tuple[str, ...] | None = None) -> list[dict]:
     """`base_checks` with the real H200 run's GPU checks in their place and beside them, kept to what applies to a GPU
     run of KIND (and to `required` when given). A required GPU check newer than the H200 run is not in it: it is set

@@ -30,7 +30,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 import state_here
-from fleet_reports import BASE, base_from_h200_run, gpu_report
+from fleet_reports import BASE, base_from_h200_run, gpu_report, non_gpu
 from registries import PASSWORD, USER, USERS, LocalRegistry
 
 from conftest import need
@@ -138,8 +138,7 @@ def _report(s, *, image: int = 0, gpu: bool = True, model: str = "H200", driver:
         # the run's own GPU list too (gpu_report changes the driver facts'): what status and history name
         rep["facts"]["gpus"] = [{**g, "name": f"NVIDIA {model}"} for g in rep["facts"]["driver"]["gpus"]]
     else:
-        rep = copy.deepcopy(base)
-        rep["gpu"] = False
+        rep = non_gpu(base)
         rep["facts"]["fixture"] = "the H200 run's checks standing for a non-GPU run"
         rep["evidence"] = evidence.stamp(rep, required=tuple(c["id"] for c in rep["checks"]), gpu=False)
     content = evidence.content(s.engine.images.get(iid), inputs=[b"FIXTURE: the run's target.json"])
