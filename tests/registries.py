@@ -16,10 +16,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
@@ -274,3 +276,20 @@ def documented_consumer_command() -> str:
     block = doc.split("<!-- consumer-verify:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert block in (root / "README.md").read_text(), "README.md and docs/promotion.md must give the same command"
     return block
+
+
+def pushed_tiny_image(docker_engine, ref: str) -> str:
+    """A one-layer image of 4 kB of random bytes (`docker import`), pushed as `ref`: a digest of its own to sign,
+    in seconds. Returns the pushed digest."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = os.urandom(4096)
+        info = tarfile.TarInfo("blob")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    subprocess.run(["docker", "import", "-", ref], input=buf.getvalue(), capture_output=True, check=True)
+    digest = None
+    for ev in docker_engine.images.push(*ref.rsplit(":", 1), stream=True, decode=True):
+        assert "error" not in ev, ev
+        digest = (ev.get("aux") or {}).get("Digest", digest)
+    return digest

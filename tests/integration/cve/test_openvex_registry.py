@@ -14,17 +14,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import io
 import json
-import os
 import shutil
 import subprocess
-import tarfile
 
 import docker.errors
 import pytest
 from openvex_check import problems
-from registries import LocalRegistry
+from registries import LocalRegistry, pushed_tiny_image
 
 from conftest import ROOT, need
 from gpuforge.cli import main
@@ -35,21 +32,6 @@ pytestmark = pytest.mark.docker
 F = ROOT / "tests" / "unit" / "fixtures" / "cve"
 TARGET = "pt271-cu126-py311-debian12-runtime-wheels"
 DOC_REF = "registry.example.com/gpuforge/pytorch@sha256:DIGEST"  # the image docs/cve.md's fetch command names
-
-
-def _tiny_image(docker_engine, ref: str) -> str:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = os.urandom(4096)
-        info = tarfile.TarInfo("blob")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    subprocess.run(["docker", "import", "-", ref], input=buf.getvalue(), capture_output=True, check=True)
-    digest = None
-    for ev in docker_engine.images.push(*ref.rsplit(":", 1), stream=True, decode=True):
-        assert "error" not in ev, ev
-        digest = (ev.get("aux") or {}).get("Digest", digest)
-    return digest
 
 
 def documented_fetch_command() -> str:
@@ -70,7 +52,7 @@ def pushed(docker_engine, tmp_path, monkeypatch):
     reg = LocalRegistry(tmp_path / "reg", None)
     tag = f"{reg.host}/gpuforge/pytorch:vex-1"
     try:
-        digest = _tiny_image(docker_engine, tag)
+        digest = pushed_tiny_image(docker_engine, tag)
         yield {"host": reg.host, "digest": digest, "ref": f"{reg.host}/gpuforge/pytorch@{digest}",
                "key": tmp_path / "k.key", "pub": tmp_path / "k.pub"}
     finally:

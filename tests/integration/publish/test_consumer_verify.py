@@ -7,37 +7,20 @@ runs against the validated default image in test_registry.py::test_the_documente
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
 
 import docker.errors
 import pytest
 import state_here
-from registries import DOC_REF, LocalRegistry, documented_consumer_command
+from registries import DOC_REF, LocalRegistry, documented_consumer_command, pushed_tiny_image
 
 from conftest import need
 from gpuforge.registry import attest
 
 pytestmark = pytest.mark.docker
-
-
-def _tiny_image(docker_engine, ref: str) -> str:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = os.urandom(4096)
-        info = tarfile.TarInfo("blob")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    subprocess.run(["docker", "import", "-", ref], input=buf.getvalue(), capture_output=True, check=True)
-    digest = None
-    for ev in docker_engine.images.push(*ref.rsplit(":", 1), stream=True, decode=True):
-        assert "error" not in ev, ev
-        digest = (ev.get("aux") or {}).get("Digest", digest)
-    return digest
 
 
 def _run(cmd: str) -> subprocess.CompletedProcess:
@@ -55,7 +38,7 @@ def test_the_documented_command_verifies_a_key_signed_attestation_without_the_lo
         subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(tmp_path / "k")], check=True,
                        capture_output=True, env={**os.environ, "COSIGN_PASSWORD": "pw"})
         monkeypatch.setenv("COSIGN_PASSWORD", "pw")
-        digest = _tiny_image(docker_engine, signed)
+        digest = pushed_tiny_image(docker_engine, signed)
         image_id = docker_engine.images.get(signed).id
         pred = tmp_path / "pred.json"
         pred.write_text(json.dumps({"green": True, "evidence": {"partial": False, "image_id": image_id}}))
@@ -72,7 +55,7 @@ def test_the_documented_command_verifies_a_key_signed_attestation_without_the_lo
         r = _run(cmd.replace(DOC_REF, signed).replace(" --insecure-ignore-tlog=true", ""))
         assert r.returncode != 0 and r.stdout == ""
         # an image nobody signed: cosign fails, nothing on stdout
-        _tiny_image(docker_engine, unsigned)
+        pushed_tiny_image(docker_engine, unsigned)
         r = _run(cmd.replace(DOC_REF, unsigned))
         assert r.returncode != 0 and r.stdout == "" and "no matching attestations" in r.stderr, r.stderr[-1000:]
     finally:
