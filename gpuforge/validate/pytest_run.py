@@ -131,7 +131,9 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
                      images: dict[str, str] | None = None) -> int:
     """Validate each target. `on_report(target, report, inventory)` gets the finished report as this process
     holds it, before any copy reaches reports/ (the pytest child writes it into a private folder this process
-    made): what `validate --attest` signs is what the run observed, not a file someone can edit first.
+    made): what `validate --attest` signs is what the run observed, not a file someone can edit first. A run
+    whose node readiness found unfit (`node_at_fault`) gets no `on_report`: signed, its red result would block an
+    image the node never judged (`validate` exits 10, and a bundle is not written).
     `images` (target id -> image id): validate those images instead of the recorded builds (a canary's pull of
     what an environment holds); the build records are then neither read nor changed."""
     c = engine.client()
@@ -181,8 +183,7 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
             kind = "gpu_report" if gpu else "report"
             try:
                 typed = Report.of(rep, f"{t.id}: this run's report")  # what is signed and judged: the report's shape
-                if on_report:  # validate --attest: signs the report as this process holds it, before any copy
-                    on_report(t, typed, inventory)
+                node = hand_over(t, typed, inventory, on_report)
             finally:  # a refusal to sign still leaves the reports for reading
                 with out.locked():  # the set and its recorded digest change together
                     out.write_set(outputs)
@@ -192,7 +193,6 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
         report.summarize(md)
         if not _passed(t, rc, rep):
             failed.append(t.id)
-            node = node_at_fault(typed)
             if node:
                 unfit.append(f"{t.id}: {node}")
     if unfit and len(unfit) == len(failed):
@@ -207,6 +207,19 @@ def validate_targets(targets: list[Target], *, reports: Path, records: Records, 
 GPU_MODULES = frozenset({"test_readiness", "test_gpu_smoke", "test_driver"})
 # readiness's exits that are the node's, not the image's: not fit, or not shown fit (an unknown the bars make block)
 NODE_EXITS = (readiness.HOST_EXIT, readiness.UNKNOWN_EXIT)
+
+
+def hand_over(t: Target, rep: Report, inventory: dict[str, Any] | None,
+              on_report: Callable[[Target, Report, dict[str, Any] | None], None] | None) -> str | None:
+    """Give the finished report to `on_report` (validate --attest, --bundle, canary: they sign it) unless readiness
+    found the node unfit; then return its verdict and sign nothing: the node's fault (speed, XID, limits) says nothing
+    about the image, and a red statement signed about it would block the image until a green run."""
+    node = node_at_fault(rep)
+    if node and on_report:
+        print(f"gpuforge: {t.id}: this node is not fit ({node}); nothing is signed about the image", flush=True)
+    elif on_report:  # signs the report as this process holds it, before any copy
+        on_report(t, rep, inventory)
+    return node
 
 
 def node_at_fault(rep: Report) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuforge.validate.pytest_run import node_at_fault
+from gpuforge.validate.pytest_run import hand_over, node_at_fault
 from gpuforge.validate.report_model import Report
 
 UNFIT = {"level": "r2", "verdict": "NODE NOT FIT (host): shm: /dev/shm is 64 MiB", "exit": 10}
@@ -38,3 +38,25 @@ def test_an_unknown_the_bars_make_block_is_the_nodes_never_the_images():
     not a failed image."""
     blocked = {"level": "r2", "verdict": "NOT SHOWN FIT (unknown; unknowns block here): xid: ...", "exit": 12}
     assert node_at_fault(rep(["test_readiness"], blocked)) == blocked["verdict"]
+
+
+class Target:
+    id = "pt271-cu126-py311-debian12-runtime-wheels"
+
+
+def test_an_unfit_nodes_run_is_handed_to_no_signer(capsys):
+    """A healthy image validated on a node readiness found unfit: `validate --attest`, `--bundle` and the canary get
+    nothing to sign (a red statement would block the image until a green run), and the line says why."""
+    signed = []
+    node = hand_over(Target(), rep(["test_readiness"]), None, lambda *a: signed.append(a))
+    assert node == UNFIT["verdict"] and signed == []
+    assert f"this node is not fit ({UNFIT['verdict']}); nothing is signed about the image" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("failed", [[], ["test_readiness", "test_security"]])
+def test_a_fit_nodes_run_is_signed_green_or_red(failed):
+    """The node fit (or the image failed a check of its own): the report goes to the signer, red included."""
+    signed = []
+    r = rep(failed, {**UNFIT, "exit": 0, "verdict": "READY r2: 21 checks passed"} if not failed else UNFIT)
+    assert hand_over(Target(), r, None, lambda *a: signed.append(a)) is None
+    assert len(signed) == 1 and signed[0][1] is r
