@@ -80,6 +80,13 @@ class Case:
     also: Callable[[], dict] | None = None  # a second statement on the same digest (cosign holds every one to the policy)
     other_subject: bool = False  # the statement is about another image's digest, attached to this one
     cue_says: str = ""  # in cosign's one-line refusal under the CUE policy
+    # policy-controller's rule, one verified statement that passes: differs from cosign's (every one) only where a
+    # passing statement sits beside one that does not
+    one_passes: bool | None = None
+
+    @property
+    def admitted_by_one(self) -> bool:
+        return self.admitted if self.one_passes is None else self.one_passes
 
     @property
     def verified(self) -> bool:
@@ -98,7 +105,9 @@ CASES: dict[str, Case] = {
     "failed-test": Case(report=_failed, cue_says='predicate.result: invalid value "FAILED"'),
     "skipped-required": Case(report=_skipped_required, cue_says='predicate.result: invalid value "FAILED"'),
     "expired": Case(days=40, cue_says="configuration.2.annotations.signedAt: invalid value"),
-    "mixed": Case(also=_failed, cue_says='predicate.result: invalid value "FAILED"'),
+    "mixed": Case(also=_failed, cue_says='predicate.result: invalid value "FAILED"', one_passes=True),
+    # what every digest the pipeline promoted carries: the non-GPU run's statement beside the pool's
+    "beside-non-gpu": Case(also=_non_gpu, cue_says='"gpuforge.dev/scope/image"', one_passes=True),
     "another-signer": Case(key="other", cue_says="no matching attestations"),
     "another-digest": Case(other_subject=True, cue_says="no matching subject digest"),
     "passed-with-failed-tests": Case(report=_failed, edit=_set("result", value="PASSED"),

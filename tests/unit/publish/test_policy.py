@@ -62,6 +62,18 @@ def test_both_engines_decide_each_case_on_the_statement(target, name):
     assert (not any(reasons)) is case.admitted, reasons
 
 
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.verified))
+def test_one_passing_statement_admits_as_policy_controller_decides(target, name):
+    """policy-controller admits a digest by one verified statement that passes; cosign --policy needs every one. A
+    digest the pipeline promoted carries the non-GPU run's statement beside the pool's: admitted by the first rule,
+    refused by the second (docs/promotion.md)."""
+    case = CASES[name]
+    text = policy.rego(env="prod", pool=POOL, max_age_days=30, now=NOW)
+    preds = predicates(case, ref=REF, target=target, signed_at=NOW - dt.timedelta(days=case.days))
+    allows = [rego_allow(text, statement(p, REF)) for p in preds]
+    assert {e: any(a[e] is True for a in allows) for e in ENGINES} == dict.fromkeys(ENGINES, case.admitted_by_one)
+
+
 def test_enough_hostile_cases_reach_the_engines():
     hostile = [n for n, c in CASES.items() if c.verified and not c.admitted]
     assert len(hostile) >= 8 and any(c.admitted for c in CASES.values())
