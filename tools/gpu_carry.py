@@ -495,15 +495,21 @@ def step_faults(out: Path) -> dict:
 
 
 REPEAT = int(os.environ.get("GPUFORGE_CARRY_REPEAT", "25"))  # runs per level in one `measure repeat`
+# the levels one `measure repeat` runs (GPUFORGE_CARRY_LEVELS=r2: a call of r2 alone, the longer one)
+LEVELS = tuple(x for x in os.environ.get("GPUFORGE_CARRY_LEVELS", "r1,r2").split(",") if x)
 
 
 def step_repeat(out: Path) -> dict:
-    """`selftest --level r1`, then r2, REPEAT times each (GPUFORGE_CARRY_REPEAT, 25 by default: r2 is ~13 s a run,
-    so 25 fit one call; two calls make 50), one container each with the node's kernel log: every run must exit 0
+    """`selftest --level r1`, then r2, REPEAT times each (GPUFORGE_CARRY_REPEAT, 25 by default: on an H100 r1 is ~1 s a
+    run and r2 ~11 s, so 25 of each fit one call of ~300 s; two calls make 50; GPUFORGE_CARRY_LEVELS=r2 runs r2
+    alone), one container each with the node's kernel log: every run must exit 0
     with READY; any other exit, a crash line (glibc's 'double free', 'free(): invalid pointer') or a verdict that
     is not READY is counted and its log kept."""
     res = {}
-    for level in ("r1", "r2"):
+    if not LEVELS or set(LEVELS) - {"r1", "r2"}:
+        msg = f"GPUFORGE_CARRY_LEVELS={','.join(LEVELS)!r}: give r1, r2 or r1,r2"
+        raise Fail(msg)
+    for level in LEVELS:
         runs = []
         for i in range(REPEAT):
             name = f"repeat-{level}-{i:02d}"

@@ -17,6 +17,8 @@ from gpuforge.image import compat
 from gpuforge.plan import selectors
 
 if TYPE_CHECKING:
+    from gpuforge.plan.matrix import Matrix, Problems
+    from gpuforge.plan.schema import MatrixFile
     from gpuforge.plan.target import Target
 
 
@@ -49,7 +51,7 @@ def _arch_text(v: compat.Variant) -> str:
     return f"{v.arch_list[0]}..{v.arch_list[-1]} ({ptx})" if v.arch_list else ptx
 
 
-def _pools(spec, problems) -> list[tuple[Pool, list[Any]]]:
+def _pools(spec: MatrixFile, problems: Problems) -> list[tuple[Pool, list[Any]]]:
     """The pools whose own fields are sound, each with its compiled exclude selectors."""
     out = []
     known = compat.gpu_models()
@@ -101,7 +103,7 @@ def why_not(pool: Pool, t: Target) -> list[tuple[tuple[str | int, ...], str, obj
     return out
 
 
-def assign(spec, targets: list[Any], problems) -> list[Any]:
+def assign(spec: MatrixFile, targets: list[Any], problems: Problems) -> list[Any]:
     """Targets with `.pools` set (the pools that validate each, in file order) and `.excluded_from` (pool ->
     the exclude entry that removed it); every target a pool cannot run and does not exclude is a problem."""
     pools = _pools(spec, problems)
@@ -143,7 +145,7 @@ def gpu_matrix(targets: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def pools_of(m) -> list[Pool]:
+def pools_of(m: Matrix) -> list[Pool]:
     """Every pool a loaded matrix declares, in file order (a pool that excludes every target included)."""
     seen: dict[str, Pool] = {}
     for t in m.targets:

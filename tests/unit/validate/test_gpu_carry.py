@@ -89,3 +89,15 @@ def test_warm_bench_starts_max_autotune_with_the_bf16_built_ins_and_leaves_the_d
     assert all(w["GPUFORGE_COMPILE_MODE"] == "max-autotune-no-cudagraphs" for w in ma.values())
     assert warm_bench.cold_compile_s({"report": {"compile_calls_s": 212.5}}) == 212.5
     assert warm_bench.cold_compile_s({"report": {"warmup_s": 180.0, "import_s": 2.0}}) == 180.0
+
+
+@pytest.mark.parametrize("levels", ["r3", "r1,r9", ""])
+def test_repeat_refuses_levels_it_does_not_know(monkeypatch, tmp_path, levels):
+    """GPUFORGE_CARRY_LEVELS picks the levels one `measure repeat` runs: anything but r1 and r2 is refused before a
+    container starts (a misspelt level would otherwise repeat nothing and call it clean)."""
+    started = []
+    monkeypatch.setattr(gpu_carry, "LEVELS", tuple(x for x in levels.split(",") if x))
+    monkeypatch.setattr(gpu_carry, "_timed", lambda *a, **k: started.append(a))
+    with pytest.raises(gpu_carry.Fail, match="GPUFORGE_CARRY_LEVELS"):
+        gpu_carry.step_repeat(tmp_path)
+    assert started == []
