@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -139,6 +139,16 @@ class Bundle:
             raise _shape_error(self.path, e, "its table of contents") from None
 
 
+class _Statement(Protocol):
+    """gpuforge.evidence.signed_run.ToSign, as a Collector reads it (signed_run imports this module)."""
+
+    @property
+    def type_uri(self) -> str: ...
+
+    @property
+    def predicate(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Collector:
     """A Delivery (gpuforge.evidence.signed_run) into a bundle: each statement signed offline as it comes."""
@@ -146,7 +156,7 @@ class Collector:
     signer: attest.Signer
     envelopes: list[str] = field(default_factory=list)
 
-    def __call__(self, ref: str, item) -> None:
+    def __call__(self, ref: str, item: _Statement) -> None:
         self.envelopes.append(attest.envelope(ref, item.predicate, item.type_uri, signer=self.signer))
 
 

@@ -170,7 +170,11 @@ def apt_security_output(image: str, os_name: str) -> str:
                        env={"GPUFORGE_SECURITY_SOURCE": security_source(os_name)}) as c:
         c.wait_for_log(r"gpuforge-apt-exit=\d+", timeout=600)
         text = c.logs()
-    rc = re.search(r"gpuforge-apt-exit=(\d+)", text).group(1)
+    done = re.search(r"gpuforge-apt-exit=(\d+)", text)
+    if done is None:  # wait_for_log saw the marker: logs read again without it are the engine's loss
+        msg = f"apt-get -s upgrade in {image[:19]}: its exit status is missing from the container's logs"
+        raise FatalError(msg)
+    rc = done.group(1)
     if rc != "0":
         msg = f"apt-get -s upgrade in {image[:19]} failed (exit {rc}): {text.strip().splitlines()[-2][-300:]}"
         raise FatalError(msg)

@@ -253,6 +253,9 @@ def notes_cli(m: Matrix, targets: Sequence[Target], *, fmt: str, verifier: Verif
             d = files.write_outputs(Path(output), {"release-notes.json": json.dumps(n, indent=2, sort_keys=True) + "\n",
                                                    "release-notes.md": md}, below=(t.id,))
             if sign:
+                if signer is None:  # the CLI gives one with --attest
+                    msg = "--attest needs a signer (the signing key, or keyless signing); none was given"
+                    raise ConfigError(msg)
                 attest.attest(str(t.ref.pinned(ev.digest)), d / "release-notes.json", NOTES_TYPE,
                               signer=signer)
         elif sign:

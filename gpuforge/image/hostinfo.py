@@ -82,10 +82,10 @@ def compat_package_loaded() -> bool:
 def device_nodes(dev: Path = DEV) -> tuple[str, ...]:
     """The GPU device nodes a process can see (/dev/nvidia0 …): what a container was actually given."""
     try:
-        names = [p.name for p in dev.iterdir() if _NODE.match(p.name)]
+        nodes = [(int(m.group(1)), p.name) for p in dev.iterdir() if (m := _NODE.match(p.name))]
     except OSError:
         return ()
-    return tuple(str(dev / n) for n in sorted(names, key=lambda n: int(_NODE.match(n).group(1))))
+    return tuple(str(dev / name) for _, name in sorted(nodes, key=lambda node: node[0]))
 
 
 def _text(x: object) -> str:

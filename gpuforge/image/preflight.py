@@ -31,6 +31,9 @@ def verdict_for(expected: Expected | dict[str, Any], host: hostinfo.HostGpus) ->
     if expected.cuda is None:
         msg = "the target gives no CUDA version"
         raise ValueError(msg)
+    if host.driver is None:
+        msg = "no NVIDIA driver visible: there is no driver to judge"
+        raise ValueError(msg)
     datacenter = all(compat.datacenter_gpu(g.name, g.brand) for g in host.gpus) if host.gpus else None
     return compat.driver_verdict(host.driver, expected.cuda, datacenter=datacenter, compat_package=host.compat_package)
 

@@ -386,9 +386,9 @@ def judge_r2(speed: dict[str, Any], *, bars: dict[str, Any]) -> list[Finding]:
     def add(check: str, ok: bool, figure: str, reason: str = "", blame: str = HOST) -> None:
         out.append(Finding(check, ok, "" if ok else blame, figure, "" if ok else reason))
 
-    if _err(speed):
+    if error := _err(speed):
         for check in R2_CHECKS:
-            add(check, False, "not measured", f"r2 could not measure ({_err(speed)})", blame=_blame(_err(speed)))
+            add(check, False, "not measured", f"r2 could not measure ({error})", blame=_blame(error))
         return out
     r2 = bars["r2"]
     for check in SPEED:
@@ -424,10 +424,10 @@ def _speed(add: Add, check: str, gpus: list[dict[str, Any]], r2: dict[str, Any])
         return
     for g in gpus:
         v, who = g.get(check) or {"error": "not measured"}, f"GPU {g['index']}"
-        if _err(v):
+        if error := _err(v):
             figs.append(f"{who}: not measured")
-            reasons.append(f"{who}: could not measure it ({_err(v)})")
-            blames.add(_blame(_err(v)))
+            reasons.append(f"{who}: could not measure it ({error})")
+            blames.add(_blame(error))
             continue
         model = model_key(g["name"], r2["floors"])
         row = r2["floors"][model] if model else {}
@@ -456,9 +456,9 @@ def _speed(add: Add, check: str, gpus: list[dict[str, Any]], r2: dict[str, Any])
 def _fusion(add: Add, f: dict[str, Any], least: float) -> None:
     """The fused kernel's bandwidth against a copy on the same GPU: a ratio, so the node's speed cancels out and a
     low one is the image's compiler stack (Inductor, Triton) at fault."""
-    if _err(f):
-        add("fusion", False, "not measured", f"the fused kernel could not be built or run ({_err(f)})",
-            blame=_blame(_err(f)))
+    if error := _err(f):
+        add("fusion", False, "not measured", f"the fused kernel could not be built or run ({error})",
+            blame=_blame(error))
         return
     fig = (f"compiled {f['compiled_kernels']} kernel(s), {f['compiled_gbs']:g} GB/s, {f['ratio_to_copy']:.0%} of a "
            f"copy's {f['copy_gbs']:g} GB/s (floor {least:.0%})")

@@ -8,8 +8,9 @@ data (gpuforge.image.compat) is the only source of facts: arch lists, driver flo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuforge import grammar
 from gpuforge.errors import SelectorError
@@ -17,9 +18,21 @@ from gpuforge.image import compat
 from gpuforge.plan import selectors
 
 if TYPE_CHECKING:
-    from gpuforge.plan.matrix import Matrix, Problems
     from gpuforge.plan.schema import MatrixFile
     from gpuforge.plan.target import Target
+
+
+# gpuforge.plan.matrix's Problems and Matrix, as this module uses them (matrix imports this module)
+class _Problems(Protocol):
+    def add(self, loc: tuple[Any, ...], message: str, target: str | None = None, *, key: object = None) -> None: ...
+
+
+class _Matrix(Protocol):
+    @property
+    def spec(self) -> MatrixFile: ...
+
+    @property
+    def targets(self) -> Sequence[Target]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +64,7 @@ def _arch_text(v: compat.Variant) -> str:
     return f"{v.arch_list[0]}..{v.arch_list[-1]} ({ptx})" if v.arch_list else ptx
 
 
-def _pools(spec: MatrixFile, problems: Problems) -> list[tuple[Pool, list[Any]]]:
+def _pools(spec: MatrixFile, problems: _Problems) -> list[tuple[Pool, list[Any]]]:
     """The pools whose own fields are sound, each with its compiled exclude selectors."""
     out = []
     known = compat.gpu_models()
@@ -103,7 +116,7 @@ def why_not(pool: Pool, t: Target) -> list[tuple[tuple[str | int, ...], str, obj
     return out
 
 
-def assign(spec: MatrixFile, targets: list[Any], problems: Problems) -> list[Any]:
+def assign(spec: MatrixFile, targets: list[Any], problems: _Problems) -> list[Any]:
     """Targets with `.pools` set (the pools that validate each, in file order) and `.excluded_from` (pool ->
     the exclude entry that removed it); every target a pool cannot run and does not exclude is a problem."""
     pools = _pools(spec, problems)
@@ -145,7 +158,7 @@ def gpu_matrix(targets: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def pools_of(m: Matrix) -> list[Pool]:
+def pools_of(m: _Matrix) -> list[Pool]:
     """Every pool a loaded matrix declares, in file order (a pool that excludes every target included)."""
     seen: dict[str, Pool] = {}
     for t in m.targets:

@@ -10,11 +10,18 @@ import fnmatch
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gpuforge.errors import SelectorError
 
 KEYS = ("id", "torch", "cuda", "python", "os", "flavor", "source")
+
+
+class Selectable(Protocol):
+    """What a selector reads: a Target, or any object with its id and the KEYS as attributes."""
+
+    @property
+    def id(self) -> str: ...
 
 
 MAX_PATTERNS = 1024  # what one selector's {a,b} braces may expand to (`{a,b}` x 30 would be 2**30)
@@ -60,7 +67,7 @@ def _parse(sels: Iterable[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return kv, globs
 
 
-def _hit(target: object, kv: list[tuple[str, str]], globs: list[str]) -> bool:
+def _hit(target: Selectable, kv: list[tuple[str, str]], globs: list[str]) -> bool:
     if not all(_glob(str(getattr(target, k)), v) for k, v in kv):
         return False
     return not globs or any(_glob(target.id, g) for g in globs)
@@ -71,11 +78,11 @@ def compile(sels: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
     return _parse(sels)
 
 
-def hit(target: object, compiled: tuple[list[tuple[str, str]], list[str]]) -> bool:
+def hit(target: Selectable, compiled: tuple[list[tuple[str, str]], list[str]]) -> bool:
     return _hit(target, *compiled)
 
 
-def matches(target: object, sels: Sequence[str]) -> bool:
+def matches(target: Selectable, sels: Sequence[str]) -> bool:
     kv, globs = _parse(sels)
     return _hit(target, kv, globs)
 

@@ -21,7 +21,7 @@ from gpuforge.state.models import BuildRecord
 from gpuforge.state.promotions import PromotionRecord
 from gpuforge.state.records import Records
 from gpuforge.validate import evidence
-from gpuforge.validate.report_model import Report
+from gpuforge.validate.report_model import Report, Run
 
 ENVS = ("dev", "prod")
 
@@ -70,11 +70,11 @@ def evidence_summary(ref: str, verifier: attest.Verifier, ttl_days: float = 30.0
     return out
 
 
-def canaries(signed: list[Any], reports: dict[str, Any], newest: Report) -> list[dict[str, Any]]:
+def canaries(signed: list[attest.Signed], reports: dict[int, Report], newest: Report) -> list[dict[str, Any]]:
     """The newest canary (gpuforge canary) per scope: the non-GPU checks, and each GPU host (models and driver, as a
     fleet pool sees it). What a red one blocks: the non-GPU one every promotion while it is the digest's newest
     statement; a GPU one prod for the pool of its host while it is that host's newest GPU statement."""
-    last: dict[str, tuple[Report, bool]] = {}
+    last: dict[str, tuple[Report, Run, bool]] = {}
     newest_of_host: dict[str, Report] = {}
     for s in signed:
         rep = reports[s.index]
@@ -83,11 +83,11 @@ def canaries(signed: list[Any], reports: dict[str, Any], newest: Report) -> list
         if gpu:
             newest_of_host[scope] = rep
         if rep.run and rep.run.canary:
-            last[scope] = (rep, gpu)
+            last[scope] = (rep, rep.run, gpu)
     out = []
-    for scope, (c, gpu) in last.items():
+    for scope, (c, run, gpu) in last.items():
         deciding = newest_of_host.get(scope) if gpu else newest
-        out.append({"scope": scope, "env": c.run.canary, "gpu": gpu, "at": c.run.signed_at,
+        out.append({"scope": scope, "env": run.canary, "gpu": gpu, "at": run.signed_at,
                     "green": not evidence.problems(c, require_gpu=gpu), "deciding": deciding is c})
     return out
 

@@ -30,7 +30,7 @@ from gpuforge.engine import client as engine
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
 from gpuforge.provenance import redact
-from gpuforge.registry.client import Registry, RegistryAuth, auth_file
+from gpuforge.registry.client import Manifest, Registry, RegistryAuth, auth_file
 from gpuforge.state.models import BuildRecord
 
 ZSTD_SUFFIX = "-zstd"
@@ -100,7 +100,7 @@ def push_zstd(tid: str, rec: BuildRecord, build_ref: ImageRef, log_dir: Path, au
     return digest
 
 
-def _layers(reg: Registry, ref: ImageRef, m) -> list[str]:
+def _layers(reg: Registry, ref: ImageRef, m: Manifest) -> list[str]:
     """The layer media types of the image manifest (an index's linux/amd64 manifest; [] when it has none)."""
     image = reg.image_manifest(ref, m)
     return [layer.get("mediaType", "") for layer in json.loads(image.body).get("layers", [])] if image else []

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import docker
 import docker.errors
 import requests
 
@@ -76,7 +77,7 @@ def pull_targets(targets: list[Target], *, records: Records, auth: RegistryAuth)
     return out
 
 
-def _pull(c, target_id: str, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth) -> Pulled:
+def _pull(c: docker.DockerClient, target_id: str, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth) -> Pulled:
     creds = credentials(ref.registry, auth)
     last = _engine_pull(c, ref, {"username": creds[0], "password": creds[1]} if creds else None, given=bool(creds))
     try:
@@ -93,7 +94,7 @@ def _pull(c, target_id: str, ref: ImageRef, rec: BuildRecord, auth: RegistryAuth
     return Pulled(target=target_id, ref=ref, image_id=img.id, fresh="up to date" not in last)
 
 
-def _engine_pull(c, ref: ImageRef, engine_auth: dict[str, Any] | None, *, given: bool) -> str:
+def _engine_pull(c: docker.DockerClient, ref: ImageRef, engine_auth: dict[str, Any] | None, *, given: bool) -> str:
     """One pull of `ref` through the engine (credentials in the request only); returns its last status line."""
     last = ""
     try:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from gpuforge.errors import RegistryError
 from gpuforge.plan.target import ImageRef
@@ -144,7 +144,8 @@ def _newest_listed(reg: Registry, ref: ImageRef, subject: Manifest) -> str:
     if not entries:
         msg = f"{ref.at(subject.digest)}: the registry holds no SOCI index referring to it"
         raise RegistryError(msg)
-    return entries[-1]["digest"]  # the referrers tag lists in push order
+    newest: str = entries[-1]["digest"]  # the referrers tag lists in push order
+    return newest
 
 
 def _checked(reg: Registry, ref: ImageRef, subject: Manifest, index: str) -> SociIndex:
@@ -238,7 +239,7 @@ def _containerd(work: Path) -> Iterator[str]:
         shutil.rmtree(run, ignore_errors=True)
 
 
-def _import(image_dir: Path, subject: Manifest, name: str, env: dict[str, Any], out) -> None:
+def _import(image_dir: Path, subject: Manifest, name: str, env: dict[str, Any], out: TextIO) -> None:
     """The skopeo `dir:` copy into containerd as an OCI layout tar (streamed; docker media types kept: the manifest's
     bytes, so its digest, stay the pushed ones), not unpacked."""
     doc = json.loads(subject.body)
@@ -248,8 +249,10 @@ def _import(image_dir: Path, subject: Manifest, name: str, env: dict[str, Any], 
                                                 "annotations": {"org.opencontainers.image.ref.name": tag}}]}
     p = subprocess.Popen(["ctr", "images", "import", "--no-unpack", "--base-name", repo, "-"], stdin=subprocess.PIPE,
                          stdout=out, stderr=subprocess.STDOUT, env=env)
+    stdin = p.stdin
+    assert stdin is not None  # Popen(stdin=PIPE) always opens it
     try:
-        with tarfile.open(fileobj=p.stdin, mode="w|") as tar:
+        with tarfile.open(fileobj=stdin, mode="w|") as tar:
             def add(arc: str, data: bytes) -> None:
                 info = tarfile.TarInfo(arc)
                 info.size = len(data)
@@ -270,18 +273,18 @@ def _import(image_dir: Path, subject: Manifest, name: str, env: dict[str, Any], 
         raise RegistryError(msg) from None
     finally:
         with contextlib.suppress(BrokenPipeError):
-            p.stdin.close()
+            stdin.close()
     if p.wait() != 0:
         msg = f"ctr images import of {name} failed (exit {p.returncode}); log: {out.name}"
         raise RegistryError(msg)
 
 
-def _indexes(name: str, env: dict[str, Any], out) -> set[str]:
+def _indexes(name: str, env: dict[str, Any], out: TextIO) -> set[str]:
     listed = _run(["soci", "index", "list", "--quiet", "--ref", name], env, out, "soci index list")
     return set(re.findall(r"sha256:[0-9a-f]{64}", listed))
 
 
-def _run(argv: list[str], env: dict[str, Any], out, what: str, *, check: bool = True) -> str:
+def _run(argv: list[str], env: dict[str, Any], out: TextIO, what: str, *, check: bool = True) -> str:
     try:
         r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as e:

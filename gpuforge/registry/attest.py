@@ -249,6 +249,9 @@ def verified_statements(ref: str, type_uri: str, verifier: Verifier) -> list[Sig
     orders them (a signer's field is not a clock)."""
     parsed = ImageRef.parse(ref)
     host, digest = parsed.registry, parsed.digest
+    if digest is None:  # a statement's subject is a digest: callers pass pinned refs
+        msg = f"{ref}: attestations are read by digest, not by tag"
+        raise ValueError(msg)
     args = ["verify-attestation", "--type", type_uri, "--output", "json", *verifier.args(), ref]
     r = _cosign(args, host, "verify-attestation", verifier.auth)
     if r.returncode != 0:

@@ -52,7 +52,7 @@ class Records:
             raise StateError(msg)
         return rec
 
-    def update_build(self, target_id: str, **fields) -> BuildRecord:
+    def update_build(self, target_id: str, **fields: Any) -> BuildRecord:
         """Merge fields into a target's record under the exclusive lock (a new record needs image_id)."""
         unknown = sorted(set(fields) - set(BuildRecord.model_fields))
         if unknown:  # a programming error: the record's shape is models.BuildRecord, one home

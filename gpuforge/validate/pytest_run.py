@@ -305,7 +305,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         # input first (exit 2), then the host: no GPU, no NVIDIA runtime or CDI is one line (exit 3)
         if image:  # no GPU, no NVIDIA runtime or CDI: one line (exit 3), not every check failing for it
             preflight.require_engine_gpu(image, gpu_request)
-        elif host.startswith("local://"):
+        elif host and host.startswith("local://"):  # no image: host is given (checked above)
             preflight.require_local_gpu()
         for want in expect:
             args += ["--gpuforge-expect", want]
@@ -317,7 +317,7 @@ def smoke(host: str | None, *, reports: Path, expect: list[str], target_json: st
         with files.Folder(reports.parent, reports.name, "smoke") as out:
             rc = _pytest(args + shlex.split(pytest_args), f"{run.run_id()}-smoke",
                          files=["test_readiness.py"] if level else ["test_driver.py", "test_gpu_smoke.py"],
-                         containers=bool(image) or host.startswith("docker://"),
+                         containers=bool(image) or (host or "").startswith("docker://"),
                          label=f"smoke {host or image}", progress_mode=progress_mode)
             raw = _raw_report(own / "report.json")
             if raw is not None:
