@@ -44,7 +44,7 @@ class Run:
     to the command's function: each stage's typed settings and the objects the stages share. Nothing below the
     CLI looks a setting up."""
 
-    options: options.Options  # every value with its source (-v); a command's own flags: value(name)
+    options: options.Options  # every value with its source (-v); a command's own flags: flag(name), text(name), ...
     matrix: Matrix | None  # None for the commands that read no matrix.yaml
     records: Records  # the build records in the state_dir setting
     auth: RegistryAuth
@@ -56,8 +56,21 @@ class Run:
     promote: PromoteSettings
     cve: CveGateSettings
 
-    def value(self, name: str) -> Any:  # a flag of one command: the table's check gave it its type
-        return self.options.value(name)
+    # A command's own flags, typed (TypeError, naming the setting, when the table gives it another type).
+    def flag(self, name: str) -> bool:
+        return self.options.flag(name)
+
+    def text(self, name: str) -> str | None:
+        return self.options.text(name)
+
+    def required_text(self, name: str) -> str:
+        return self.options.required_text(name)
+
+    def number(self, name: str) -> int | None:
+        return self.options.number(name)
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        return self.options.texts(name)
 
 
 def _make_run(o: options.Options, matrix: Matrix | None) -> Run:
@@ -65,7 +78,7 @@ def _make_run(o: options.Options, matrix: Matrix | None) -> Run:
     from gpuforge.state.records import Records
 
     reg = o.stage(options.RegistrySettings)
-    return Run(options=o, matrix=matrix, records=Records(Path(str(o.value("state_dir")))),
+    return Run(options=o, matrix=matrix, records=Records(Path(o.required_text("state_dir"))),
                auth=RegistryAuth(user=reg.registry_user, password=reg.registry_password, insecure=reg.registry_insecure),
                registry=reg, signing=o.stage(options.SigningSettings), build=o.stage(options.BuildSettings),
                push=o.stage(options.PushSettings), validate=o.stage(options.ValidateSettings),
@@ -78,22 +91,22 @@ _NO_MATRIX = ("schema", "clean", "attest")
 
 def _load_matrix(cmd: str, o: options.Options) -> Matrix | None:
     """matrix.yaml, loaded once per command, before its options are final (it is one of their sources)."""
-    if cmd in _NO_MATRIX or (cmd == "cve-gate" and not o.value("target")):
+    if cmd in _NO_MATRIX or (cmd == "cve-gate" and not o.text("target")):
         return None
     if cmd == "smoke":
         return _smoke_matrix(o)
-    return load_matrix(Path(str(o.value("matrix"))))
+    return load_matrix(Path(o.required_text("matrix")))
 
 
 def _smoke_matrix(o: options.Options) -> Matrix | None:
     """matrix.yaml's gpu_request counts where there is a matrix (a GPU runner may have only --target-json)."""
-    matrix = Path(str(o.value("matrix")))
-    if o.source("gpu_request") != "default" or not (matrix.is_file() or not o.value("target_json")):
+    matrix = Path(o.required_text("matrix"))
+    if o.source("gpu_request") != "default" or not (matrix.is_file() or not o.text("target_json")):
         return None
     try:
         return load_matrix(matrix)
     except ConfigError as e:
-        if not o.value("target_json"):
+        if not o.text("target_json"):
             raise
         # the versions come from --target-json: a broken matrix.yaml beside it only loses its gpu_request
         print(f"gpuforge: note: {matrix} not read for gpu_request ({e}); using the default", file=sys.stderr)
@@ -138,13 +151,13 @@ def _verifier_or_none(run: Run) -> Verifier | None:
 
 def cmd_plan(args: argparse.Namespace, run: Run) -> int:
     m, targets = _targets(args, run, all_by_default=True)
-    if run.value("json"):
+    if run.flag("json"):
         from gpuforge.plan import fleet
 
         defaults = {t.id for t in m.select(None)}
         entries = [{**t.axes(), "id": t.id, "tag": t.tag, "default": t.id in defaults, "pools": [p.name for p in t.pools]}
                    for t in targets]
-        print(json.dumps({"include": fleet.gpu_matrix(targets) if run.value("pools") else entries}, sort_keys=True))
+        print(json.dumps({"include": fleet.gpu_matrix(targets) if run.flag("pools") else entries}, sort_keys=True))
         return 0
     # Plain aligned columns: never truncated (with or without a TTY), grep-able, fast for thousands of rows.
     cols = ("id", "torch", "cuda", "python", "os", "flavor", "source", "base")
@@ -177,7 +190,7 @@ def cmd_generate(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.render import dockerfile as render
 
     m, targets = _targets(args, run, all_by_default=True)
-    if run.value("check"):
+    if run.flag("check"):
         render.check(targets, all_targets=not args.selectors,
                      bake=None if args.selectors else render.bake_file(targets, m.select(None)))
         print(f"generated files are up to date ({len(targets)} target(s))")
@@ -209,8 +222,8 @@ def cmd_schema(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.state import files
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-    out = Path(str(run.value("output")))
-    if run.value("check"):
+    out = Path(run.required_text("output"))
+    if run.flag("check"):
         if not out.exists() or out.read_text() != text:
             print(f"gpuforge: error: {out} is stale; run `gpuforge schema`", file=sys.stderr)
             return 2
@@ -261,7 +274,7 @@ def cmd_validate(args: argparse.Namespace, run: Run) -> int:
         return signed_run.validate_into_bundle(targets[0], out=Path(v.bundle), reports=Path(v.reports), signer=signer,
                                                records=run.records, pytest_args=v.pytest_args,
                                                gpu_request=_gpu_request(run), progress_mode=v.progress)
-    gpu_request = _gpu_request(run) if v.gpu else None
+    gpu_request = _gpu_request(run, starts_containers=v.gpu)  # read only with --gpu
     if v.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.evidence import signed_run
 
@@ -306,15 +319,16 @@ def cmd_attach(args: argparse.Namespace, run: Run) -> int:
 def cmd_smoke(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.validate import pytest_run as validate
 
-    o, v = run.options, run.validate
-    image = o.value("image")
+    v = run.validate
+    image = run.text("image")
     host, selectors = args.host, args.selectors
     if image and host and "://" not in host:  # `smoke --image IMG SELECTOR`: the positional is a selector
         host, selectors = None, [host, *selectors]
-    return validate.smoke(host, reports=Path(v.reports), expect=list(o.value("expect")), target_json=o.value("target_json"),
-                          matrix=Path(str(o.value("matrix"))), selectors=selectors, pytest_args=v.pytest_args,
+    return validate.smoke(host, reports=Path(v.reports), expect=list(run.texts("expect")),
+                          target_json=run.text("target_json"), matrix=Path(run.required_text("matrix")),
+                          selectors=selectors, pytest_args=v.pytest_args,
                           image=image, gpu_request=_gpu_request(run, starts_containers=bool(image)), gpus=v.gpus,
-                          progress_mode=v.progress, level=o.value("level"))
+                          progress_mode=v.progress, level=run.text("level"))
 
 
 def cmd_push(args: argparse.Namespace, run: Run) -> int:
@@ -374,21 +388,21 @@ def cmd_status(args: argparse.Namespace, run: Run) -> int:
 
     m, targets = _targets(args, run)
     return status.status(targets, env=run.promote.env, verifier=_verifier_or_none(run),
-                         records=run.records, as_json=run.value("json"), ttl=run.promote.evidence_ttl)
+                         records=run.records, as_json=run.flag("json"), ttl=run.promote.evidence_ttl)
 
 
 def cmd_history(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import status
 
     return status.show_history(_one_target(args, run), env=_env(run), verifier=_verifier_or_none(run),
-                               as_json=run.value("json"))
+                               as_json=run.flag("json"))
 
 
 def cmd_rollback(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import rollback
 
     sign_key = run.signing.signing_key  # one that cannot sign its record was refused before the matrix was read
-    rollback.rollback(_one_target(args, run), env=_env(run), to=run.value("digest"), steps=run.value("steps"),
+    rollback.rollback(_one_target(args, run), env=_env(run), to=run.text("digest"), steps=run.number("steps"),
                       verifier=_verifier_or_none(run), signer=_signer(run, sign_key), allow_no_gpu=run.promote.allow_no_gpu,
                       reports=Path(run.validate.reports))
     return 0
@@ -398,11 +412,12 @@ def cmd_policy(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.publish import policy
 
     t = _one_target(args, run)
-    s, p, env, output = run.signing, run.promote, _env(run), run.value("output")
+    s, p, env, output = run.signing, run.promote, _env(run), run.text("output")
     verifier = _verifier_or_none(run)  # its Rekor decision is the policy's (ctlog); none: policy.write says what to give
-    text = policy.write(fmt=run.value("format"), env=env, pool=p.pool, pools=tuple(pool.name for pool in t.pools),
+    text = policy.write(fmt=run.required_text("format"), env=env, pool=p.pool,
+                        pools=tuple(pool.name for pool in t.pools),
                         max_age_days=p.evidence_ttl.of(env), repository=str(t.ref.bare()),
-                        output=Path(str(output)) if output else None, key=s.verify_key,
+                        output=Path(output) if output else None, key=s.verify_key,
                         identity=s.cosign_identity, issuer=s.cosign_issuer, tlog=bool(verifier and verifier.tlog))
     if not output:
         sys.stdout.write(text)
@@ -441,19 +456,19 @@ def _env(run: Run) -> str:
     return env
 
 
-def _path(value: object) -> Path | None:
-    return Path(str(value)) if value else None
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
 
 
 def cmd_cve_gate(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.cve import gate as cve
 
-    c, attest = run.cve, bool(run.value("attest"))
+    c, attest = run.cve, run.flag("attest")
     t = _matrix(run).by_id(c.target).on(run.registry.registry) if c.target else None
     cve.gate([Path(p) for p in args.scans], allowlist=_path(c.cve_allowlist), target=t,
              severity=c.cve_severity, max_db_age_hours=c.cve_max_db_age_hours,
-             db_metadata=_path(c.db_metadata), sbom=_path(c.sbom), output=_path(run.value("output")), sign=attest,
-             signer=_signer(run, run.signing.signing_key) if attest else None, digest=run.value("digest"),
+             db_metadata=_path(c.db_metadata), sbom=_path(c.sbom), output=_path(run.text("output")), sign=attest,
+             signer=_signer(run, run.signing.signing_key) if attest else None, digest=run.text("digest"),
              records=run.records, vex_author=c.vex_author)
     return 0
 
@@ -462,7 +477,7 @@ def cmd_prod_sboms(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.cve import gate as cve
 
     m, targets = _targets(args, run, all_by_default=True)
-    cve.write_prod_sboms(targets, verifier=_verifier(run), out=Path(str(run.value("output_dir"))))
+    cve.write_prod_sboms(targets, verifier=_verifier(run), out=Path(run.required_text("output_dir")))
     return 0
 
 
@@ -471,19 +486,19 @@ def cmd_outdated(args: argparse.Namespace, run: Run) -> int:
 
     m, targets = _targets(args, run, all_by_default=True)
     lock = outdated.lock_path(m.path)
-    if run.value("write_base_lock"):
+    if run.flag("write_base_lock"):
         print(f"wrote {lock} ({len(outdated.write_lock(targets, lock, run.auth))} pulled base(s))")
         return 0
     found = outdated.upstream(targets) + outdated.bases(targets, outdated.read_lock(lock), run.auth)
-    if run.value("images"):
+    if run.flag("images"):
         found += outdated.security(targets, run.records)
-    if run.value("prod"):
+    if run.flag("prod"):
         verifier = _verifier_or_none(run)
         if verifier is None:
             msg = "--prod needs a way to verify signed CVE verdicts: --key or GPUFORGE_COSIGN_PUBLIC_KEY"
             raise ConfigError(msg)
         found += outdated.prod_cve(targets, verifier=verifier)
-    sys.stdout.write(outdated.report(found, as_json=run.value("json")))
+    sys.stdout.write(outdated.report(found, as_json=run.flag("json")))
     return 0
 
 
@@ -499,7 +514,7 @@ def cmd_support(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.fleet import support
 
     m, targets = _targets(args, run, all_by_default=True)
-    sys.stdout.write(support.support_cli(m, targets, fmt=run.value("format"), verifier=_verifier(run),
+    sys.stdout.write(support.support_cli(m, targets, fmt=run.required_text("format"), verifier=_verifier(run),
                                          records=run.records))
     return 0
 
@@ -508,10 +523,10 @@ def cmd_release_notes(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.fleet import support
 
     m, targets = _targets(args, run)
-    attest = bool(run.value("attest"))
-    sys.stdout.write(support.notes_cli(m, targets, fmt=run.value("format"), verifier=_verifier(run),
-                                       records=run.records, digest=run.value("digest"), previous=run.value("previous"),
-                                       output=run.value("output_dir"), sign=attest,
+    attest = run.flag("attest")
+    sys.stdout.write(support.notes_cli(m, targets, fmt=run.required_text("format"), verifier=_verifier(run),
+                                       records=run.records, digest=run.text("digest"), previous=run.text("previous"),
+                                       output=run.text("output_dir"), sign=attest,
                                        signer=_signer(run, run.signing.signing_key) if attest else None))
     return 0
 
@@ -519,7 +534,7 @@ def cmd_release_notes(args: argparse.Namespace, run: Run) -> int:
 def cmd_clean(args: argparse.Namespace, run: Run) -> int:
     from gpuforge.engine import containers
 
-    print(containers.sweep(everything=bool(run.value("all"))).line())  # one line, on stdout: what went and what was kept
+    print(containers.sweep(everything=run.flag("all")).line())  # one line, on stdout: what went and what was kept
     return 0
 
 
@@ -646,12 +661,13 @@ def _reap() -> None:
 
 def _name_the_run(o: options.Options) -> None:
     """The checkout (root: GPUFORGE_ROOT) and the run id (GPUFORGE_RUN_ID) this process works under, named once."""
-    root = o.value("root")
-    paths.use_root(Path(str(root)) if root else None)
-    if o.resolved.get("run_id"):
+    root = o.text("root")
+    paths.use_root(Path(root) if root else None)
+    run_id = o.text("run_id") if "run_id" in o.resolved else None  # the commands that start containers take it
+    if run_id is not None:
         from gpuforge.engine import containers
 
-        containers.use_run_id(str(o.value("run_id")))
+        containers.use_run_id(run_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -669,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         matrix = _load_matrix(args.cmd, o)
         if matrix is not None:
             o = o.with_matrix(matrix)
-        if o.value("verbose"):
+        if o.flag("verbose"):
             for line in o.lines():
                 print(f"gpuforge: option {line}", file=sys.stderr)
         code: int = args.fn(args, _make_run(o, matrix))  # the command's exit code (set_defaults(fn=...))

@@ -23,8 +23,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Protocol, TypeVar
+from types import MappingProxyType, NoneType, UnionType
+from typing import Any, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
@@ -278,10 +278,10 @@ class Setting:
         return (*out, *self.fallback_env, "default")
 
     def default_of(self, command: str | None) -> object:
-        return dict(self.default_for).get(command, self.default)
+        return self.default if command is None else dict(self.default_for).get(command, self.default)
 
     def choices_of(self, command: str | None) -> tuple[str, ...]:
-        return dict(self.choices_for).get(command, self.choices)
+        return self.choices if command is None else dict(self.choices_for).get(command, self.choices)
 
 
 _BUILD, _GPU = ("build",), ("validate", "smoke")
@@ -619,6 +619,36 @@ STAGES = (RegistrySettings, SigningSettings, BuildSettings, PushSettings, Valida
           CveGateSettings)
 _Stage = TypeVar("_Stage", RegistrySettings, SigningSettings, BuildSettings, PushSettings, ValidateSettings,
                  PromoteSettings, CveGateSettings)
+_T = TypeVar("_T")
+
+
+def _is(value: object, hint: object) -> bool:
+    """Whether `value` is of the stage field type `hint`: a class, a union of them (`str | None`) or `tuple[str, ...]`,
+    the forms the stages use. A bool is no number here (it is an int to isinstance); an int is a float."""
+    if isinstance(hint, UnionType):
+        return any(_is(value, h) for h in get_args(hint))
+    if get_origin(hint) is tuple and get_args(hint)[1:] == (...,):
+        return isinstance(value, tuple) and all(_is(v, get_args(hint)[0]) for v in value)
+    if hint is NoneType:
+        return value is None
+    if hint in (int, float) and isinstance(value, bool):
+        return False
+    if hint is float:
+        return isinstance(value, (int, float))
+    if isinstance(hint, type) and get_origin(hint) is None:
+        return isinstance(value, hint)
+    msg = f"a stage field of type {hint} cannot be checked: give it one of a class, X | None or tuple[X, ...]"
+    raise TypeError(msg)
+
+
+def _type_name(hint: object) -> str:
+    return hint.__name__ if isinstance(hint, type) and get_origin(hint) is None else str(hint)
+
+
+def _wrong_type(name: str, expected: str, value: object) -> TypeError:
+    """A setting read as a type its table row does not give: a programming error (user input was checked when it
+    was resolved)."""
+    return TypeError(f"setting {name}: expected {expected}, got {value!r} ({type(value).__name__})")
 
 
 # --- resolution --------------------------------------------------------------------------------------
@@ -688,7 +718,8 @@ def resolve_one(s: Setting, *, cli: object = None, environ: Mapping[str, str] | 
 @dataclass(frozen=True)
 class Options:
     """Every setting of one command, resolved; `opts.value("driver")` is the value, `opts.source("driver")` its
-    origin, `opts.stage(BuildSettings)` the typed settings of one stage."""
+    origin, `opts.stage(BuildSettings)` the typed settings of one stage, `opts.flag("json")`, `opts.text("digest")`,
+    ... a command's own flag, typed."""
 
     command: str | None
     resolved: Mapping[str, Resolved]
@@ -700,10 +731,49 @@ class Options:
         """The value of a setting this command takes (KeyError for one it does not: a typo is not a None)."""
         return self.resolved[name].value
 
+    def _of(self, name: str, kind: type[_T]) -> _T:
+        value = self.value(name)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):  # a bool is no number
+            raise _wrong_type(name, kind.__name__, value)
+        return value
+
+    def flag(self, name: str) -> bool:
+        """A switch of this command (a store_true flag, or a variable read as 1 or 0)."""
+        return self._of(name, bool)
+
+    def text(self, name: str) -> str | None:
+        """A text setting of this command, None when it was not given and has no default."""
+        value = self.value(name)
+        return None if value is None else self._of(name, str)
+
+    def required_text(self, name: str) -> str:
+        """A text setting that always has a value for this command (a default, or a flag argparse requires)."""
+        return self._of(name, str)
+
+    def number(self, name: str) -> int | None:
+        """A whole-number setting of this command, None when it was not given and has no default."""
+        value = self.value(name)
+        return None if value is None else self._of(name, int)
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        """A repeatable text flag of this command (action append), in the order given."""
+        value = self.value(name)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            raise _wrong_type(name, "tuple[str, ...]", value)
+        return value
+
     def stage(self, cls: type[_Stage]) -> _Stage:
         """`cls` (one of STAGES) filled from this command: each field is the setting of its name; one this command
-        does not take keeps the table's default."""
-        return cls(**{f.name: self.resolved[f.name].value for f in fields(cls) if f.name in self.resolved})
+        does not take keeps the table's default. A value not of its field's type is a TypeError naming the setting."""
+        hints = get_type_hints(cls)
+        values = {f.name: self.value(f.name) for f in fields(cls) if f.name in self.resolved}
+        for name, value in values.items():
+            if not _is(value, hints[name]):
+                raise _wrong_type(name, f"{_type_name(hints[name])} ({cls.__name__}.{name})", value)
+        # Each value was checked against its field's type above, at run time; mypy cannot check a mapping's values
+        # key by key, so the class is called with unchecked arguments.
+        make: Callable[..., _Stage] = cls
+        return make(**values)
 
     def source(self, name: str) -> str:
         return self.resolved[name].source

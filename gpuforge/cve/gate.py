@@ -46,6 +46,9 @@ MAX_REVIEW_DAYS = 366  # an exception reviewed less than yearly is not reviewed
 SUGGEST_REVIEW_DAYS = 30
 VULN_ID = r"[A-Z][A-Z0-9]*(?:-[A-Za-z0-9._]+)+"  # CVE-2024-1234, GHSA-xxxx-xxxx-xxxx, PYSEC-2024-1, DSA-5555-1
 _VULN_RE = re.compile(rf"(?:{VULN_ID})\Z")
+# openvex.JUSTIFICATIONS as a type: an allowlist entry's `justification` (tests/unit/cve keep the two the same)
+Justification = Literal["component_not_present", "vulnerable_code_not_present", "vulnerable_code_not_in_execute_path",
+                        "vulnerable_code_cannot_be_controlled_by_adversary", "inline_mitigations_already_exist"]
 
 
 # --- the allowlist ---------------------------------------------------------------------------------
@@ -75,7 +78,7 @@ class Entry(BaseModel):
     package: Annotated[str, Field(strict=True, max_length=200)] | None = None
     reason: Annotated[str, Field(strict=True, max_length=2000)]
     review_by: dt.date
-    justification: Literal[openvex.JUSTIFICATIONS] | None = None
+    justification: Justification | None = None
 
     _id = field_validator("id")(lambda cls, v: _vuln_id(v))
     _why = field_validator("reason")(lambda cls, v: _reason(v))
@@ -150,7 +153,8 @@ class Scan:
     live: bool = False  # queried a live service at scan time (pip-audit): no database to age
 
 
-def _severity(s: str) -> str:
+def _severity(s: str | None) -> str:
+    """The scanner's severity as one of SEVERITIES; UNKNOWN when it gives none or another."""
     s = (s or "UNKNOWN").upper()
     return s if s in SEVERITIES else "UNKNOWN"
 
@@ -340,7 +344,7 @@ def _sbom_gaps(sbom: Path, scans: list[Scan], problems: list[str]) -> list[str]:
 
 def _db_ages(scans: list[Scan], now: dt.datetime, max_db_age_hours: float, problems: list[str]) -> list[dict[str, Any]]:
     """Each offline scanner's database age; an unknown or too old one is a problem (a stale database passes anything)."""
-    dbs = []
+    dbs: list[dict[str, Any]] = []
     for s in scans:
         if s.live:
             continue
@@ -385,7 +389,8 @@ def cve_ok(predicates: list[dict[str, Any]], *, digest: str, built_at: str | Non
     out = []
     if not newest.get("ok") or newest.get("problems"):
         out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is red: {'; '.join(newest.get('problems') or ['not ok'])}")
-    if built_at and when and when < _when(built_at, "built_at"):
+    built = _when(built_at, "built_at") if built_at and when else None
+    if when and built and when < built:
         out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is older than the build ({built_at})")
     if max_verdict_age_hours is not None and when and (now - when).total_seconds() / 3600 > max_verdict_age_hours:
         out.append(f"the newest CVE verdict ({newest.get('judged_at')}) is older than {max_verdict_age_hours:g} h: re-scan")
@@ -406,7 +411,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target: Target | None = N
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         msg = f"--digest: {digest[:80]!r} is not a digest (sha256:<64 hex>)"
         raise ConfigError(msg)
-    subject = {}
+    subject: dict[str, str | None] = {}
     rec = records.build(target.id) if target and records else None
     if digest:  # a re-scan of a digest this machine did not build (a prod digest, from its signed SBOM)
         subject = {"digest": digest}
@@ -422,6 +427,7 @@ def gate(scans: list[Path], *, allowlist: Path | None, target: Target | None = N
         print(f"gpuforge: cve-gate: to accept a finding, paste its entry under `{where}` in the allowlist "
               "(and say why in `reason`):\n" + suggestions(verdict), end="")
     if sign:
+        assert signer is not None  # the CLI makes a Signer whenever --attest is given (keyless without a key)
         _sign(target, output, signer, subject.get("digest"), vex=vex)
     state = "GREEN" if verdict["ok"] else "RED"
     print(f"gpuforge: cve-gate: {state}: {len(verdict['counted'])} counted, {len(verdict['allowed'])} allowed, "
@@ -461,7 +467,8 @@ def _write(verdict: dict[str, Any], output: Path | None, target: Target | None, 
     return None
 
 
-def _sign(target: Target | None, verdict_path: Path | None, signer: Signer | None, digest: str | None, *, vex: Path | None = None) -> None:
+def _sign(target: Target | None, verdict_path: Path | None, signer: Signer, digest: str | None, *,
+          vex: Path | None = None) -> None:
     from gpuforge.registry import attest
 
     if target is None or verdict_path is None:

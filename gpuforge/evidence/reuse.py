@@ -106,8 +106,14 @@ def hinted(state_dir: Path, key: str) -> list[str]:
 @dataclass(frozen=True)
 class Found:
     source: str  # host/repo@digest whose statement is reused
-    report: Report  # that statement, verified
+    report: Report  # that statement, verified, and one `_unusable` passed: it has a run with a signing time
     key: str
+
+    @property
+    def run(self) -> Run:
+        """The statement's run block (when and how it was signed)."""
+        assert self.report.run is not None  # _unusable passes no statement without one
+        return self.report.run
 
 
 def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
@@ -125,6 +131,9 @@ def find(key: str, candidates: list[str], verifier: attest.Verifier | None, *,
             rep = _newest(ref, verifier, gpu=False)  # image keys: GPU runs come along after (gpu_runs)
         except (RegistryError, PromotionRefused, StateError, ValueError) as e:
             why.append(f"{ref}: {e}")
+            continue
+        if rep is None:
+            why.append(f"{ref}: no signed validation statement")
             continue
         problem = _unusable(rep, key)
         if problem:
@@ -194,9 +203,7 @@ def own_newest_is_red(ref: str, verifier: attest.Verifier | None) -> str:
     return ""
 
 
-def _unusable(rep: Report | None, key: str) -> str:
-    if rep is None:
-        return "no signed validation statement"
+def _unusable(rep: Report, key: str) -> str:
     if not (rep.run and age.signed_time(rep.run.signed_at)):
         return "its newest statement has no signing time (its age is unknown)"
     if not rep.run.signed_in_run:
@@ -217,9 +224,10 @@ def statement(found: Found, *, image_id: str) -> Report:
     """The report this run signs for the copy: the source's checks, this image's id, and where they came from.
     signed_run.statement adds who signed it, when, and the subject."""
     rep = found.report
-    source = ReusedFrom(source=found.source, signed_at=rep.run.signed_at, key=found.key)
-    run = Run.model_validate({**rep.run.model_dump(exclude_unset=True, exclude={"signed_in_run", "subject", "signed_at"}),
-                              "reused_from": source.model_dump()})
+    assert rep.evidence is not None  # _unusable passes no statement without one (evidence.problems)
+    source = ReusedFrom(source=found.source, signed_at=found.run.signed_at, key=found.key)
+    kept = found.run.model_dump(exclude_unset=True, exclude={"signed_in_run", "subject", "signed_at"})
+    run = Run.model_validate({**kept, "reused_from": source.model_dump()})
     copied = rep.model_copy(update={
         "facts": {**rep.facts, "image_id": image_id, "repo_digests": []},
         "evidence": rep.evidence.model_copy(update={"image_id": image_id, "repo_digests": []}),

@@ -34,27 +34,32 @@ from gpuforge.validate import sbom as cyclonedx
 from gpuforge.validate.report_model import Report
 
 
-def recorded_ref(t: Target, records: Records, *, how: str = "validate --attest") -> str:
-    """host/repo@digest of the target's pushed image as its build record names it (no registry is asked)."""
+def _pushed_digest(t: Target, records: Records, how: str) -> str:
+    """The digest the target's build record says it was pushed as; refused when it was never pushed."""
     rec = records.require_build(t.id)
     if not rec.digest:
         msg = (f"{t.id}: {how} signs about the pushed digest, and {t.id} was never pushed: run "
                f"`gpuforge push {t.id}` first")
         raise PromotionRefused(msg)
-    return str(t.ref.pinned(rec.digest))
+    return rec.digest
+
+
+def recorded_ref(t: Target, records: Records, *, how: str = "validate --attest") -> str:
+    """host/repo@digest of the target's pushed image as its build record names it (no registry is asked)."""
+    return str(t.ref.pinned(_pushed_digest(t, records, how)))
 
 
 def pushed_ref(t: Target, records: Records, signer: attest.Signer) -> str:
     """host/repo@digest of the target's pushed image, checked against the registry before anything runs."""
-    recorded_ref(t, records)
+    digest = _pushed_digest(t, records, "validate --attest")
     rec = records.require_build(t.id)
     pushed = t.ref
-    m = Registry(signer.auth).manifest(pushed.pinned(rec.digest))
+    m = Registry(signer.auth).manifest(pushed.pinned(digest))
     if m is None or not m.holds(rec.image_id):  # config digest (graphdriver) or the digest itself (containerd)
-        msg = (f"{t.id}: the registry's {rec.digest} is {'missing' if m is None else 'another image'}, not the "
+        msg = (f"{t.id}: the registry's {digest} is {'missing' if m is None else 'another image'}, not the "
                f"built image {rec.image_id[:19]}; push it again")
         raise RegistryError(msg)
-    return str(pushed.pinned(rec.digest))
+    return str(pushed.pinned(digest))
 
 
 def statement(rep: Report, ref: str, *, offline: bool = False) -> Report:
@@ -198,11 +203,12 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
         print(f"gpuforge: not reused: {why}", flush=True)
     if found is None or red:
         return False
+    assert verifier is not None  # reuse.find finds nothing without a key to verify candidates with
     stmt = statement(reuse.statement(found, image_id=rec.image_id), ref)
     inventory = reuse.inventory(found.source, verifier, target_id=t.id, image_id=rec.image_id)
     sign_report(ref, stmt, signer=signer, target=t, os_name=t.os, inventory=inventory)
     _write_reused(t, stmt, reports=reports, records=records, target_json=tj)
-    print(f"gpuforge: reused: the image checks ({len(stmt.checks)}) signed {found.report.run.signed_at} on "
+    print(f"gpuforge: reused: the image checks ({len(stmt.checks)}) signed {found.run.signed_at} on "
           f"{found.source} for content {key[:19]}; signed onto {ref} (no validator ran)", flush=True)
     # the same bytes' GPU runs, one per GPU host (models and driver): a zstd copy or a mirror needs no new GPU run
     gpu, gpu_passed_over = reuse.gpu_runs(found.source, ref, facts, verifier)
@@ -212,7 +218,7 @@ def _reused(t: Target, ref: str, *, reports: Path, signer: attest.Signer, record
         sign_report(ref, statement(reuse.statement(g, image_id=rec.image_id), ref), signer=signer, target=t)
         host = g.report.host_of()
         print(f"gpuforge: reused: the GPU checks ({len(g.report.checks)}) of {', '.join(host.gpu_models)} on driver "
-              f"{host.driver} signed {g.report.run.signed_at} on {found.source}; signed onto {ref} (no validator ran)",
+              f"{host.driver} signed {g.run.signed_at} on {found.source}; signed onto {ref} (no validator ran)",
               flush=True)
     return True
 

@@ -227,7 +227,7 @@ class _Resolver:
         self.spec, self.problems = spec, problems
         self.hits = [0] * len(spec.overrides)
         self.cache: dict[tuple[Any, ...], tuple[Settings, dict[str, Any]]] = {}
-        self.compiled = []
+        self.compiled: list[tuple[list[tuple[str, str]], list[str]] | None] = []  # None: a select that did not compile
         for i, ov in enumerate(spec.overrides):
             try:
                 self.compiled.append(selectors.compile(ov.select.split()))
@@ -247,7 +247,7 @@ class _Resolver:
         key = (hits, tuple(row.includes))
         if key not in self.cache:
             values = self.spec.defaults.model_dump()
-            source = dict.fromkeys(values, ("defaults",))
+            source: dict[str, tuple[Any, ...]] = dict.fromkeys(values, ("defaults",))
             for i in hits:
                 ov = self.spec.overrides[i].model_dump(exclude_unset=True, exclude={"select"})
                 values.update(ov)
@@ -283,7 +283,9 @@ def _check_bases(spec: MatrixFile, problems: Problems) -> None:
                              f"suite {base.bootstrap.suite!r} is not {name}'s ({info['codename']}): another suite is "
                              f"another OS with another Python than {name} promises (allowed: {info['codename']})")
             continue
-        family = {i["family"] for i in (compat.os_info(o) for o in compat.os_names())}
+        # os_names() lists the keys os_info reads, so no info is None
+        family = {i["family"] for i in map(compat.os_info, compat.os_names()) if i is not None}
+        assert base.image is not None  # Base._one: a base without bootstrap has an image
         ref = ImageRef.parse(base.image)  # the schema checked its grammar
         image_name, tag = ref.repository.rsplit("/", 1)[-1], ref.tag
         version = str(ImageRef.parse(info["image"]).tag)
@@ -356,7 +358,7 @@ class _Targets:
         self.spec, self.doc, self.problems = spec, doc, problems
         self.resolver = _Resolver(spec, doc, problems)
         self.seen: dict[str, tuple[Any, ...]] = {}
-        self.variants: dict[tuple[Any, ...], compat.Variant | None] = {}
+        self.variants: dict[tuple[Any, ...], compat.Variant] = {}
         self.pin_conflicts: dict[tuple[Any, ...], list[Any]] = {}
 
     def target(self, row: _Row) -> Target | None:
@@ -398,10 +400,12 @@ class _Targets:
             aliases=self._aliases(settings, source, fmt, tid), registry=spec.registry, repository=spec.repository,
         )
 
-    def _variant(self, settings: Settings, source: dict[str, Any], key: tuple[Any, ...], tid: str) -> compat.Variant | None:
+    def _variant(self, settings: Settings, source: dict[str, Any], key: tuple[Any, ...], tid: str) -> compat.Variant:
         """The torch variant of (torch, cuda); pip_packages that contradict its pins are problems."""
         if key not in self.variants:
-            self.variants[key] = compat.variant(*key)
+            variant = compat.variant(*key)
+            assert variant is not None  # target() asks after compat.problems, which refuses a pair without a variant
+            self.variants[key] = variant
         variant = self.variants[key]
         if (id(settings), key) not in self.pin_conflicts:  # once per distinct settings and torch variant
             self.pin_conflicts[id(settings), key] = _pip_pin_conflicts(settings, source, variant)
@@ -411,7 +415,7 @@ class _Targets:
 
     def _aliases(self, settings: Settings, source: dict[str, Any], fmt: dict[str, Any], tid: str) -> dict[str, tuple[str, ...]]:
         """Each environment's moving aliases, rendered; one that is not a tag is a problem at its line."""
-        aliases = {}
+        aliases: dict[str, tuple[str, ...]] = {}
         for env, lst in settings.aliases.items():
             aliases[env] = tuple(a.format(**fmt, env=env) for a in lst)
             for j, a in enumerate(aliases[env]):
@@ -440,6 +444,7 @@ def _base_for(spec: MatrixFile, row: _Row, problems: Problems, tid: str) -> tupl
     if base.bootstrap:
         boot = {**base.bootstrap.model_dump(), "rootfs": BOOTSTRAP_ROOTFS}
         return bootstrap_tag(os_name, boot), boot
+    assert base.image is not None  # Base._one: a base without bootstrap has an image
     return base.image, None
 
 

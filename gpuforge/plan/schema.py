@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
@@ -16,11 +17,19 @@ from gpuforge.image import compat
 from gpuforge.plan.yamlpos import Positioned, error_loc
 
 AXES = ("torch", "cuda", "python", "os", "flavor", "source")
-FLAVORS = ("runtime", "devel")
-SOURCES = ("cuda-base", "wheels")
-ENVS = ("dev", "prod")  # promotion environments (gpuforge promote --env)
+Flavor = Literal["runtime", "devel"]
+Source = Literal["cuda-base", "wheels"]
+Env = Literal["dev", "prod"]  # promotion environments (gpuforge promote --env)
+FLAVORS: tuple[Flavor, ...] = get_args(Flavor)
+SOURCES: tuple[Source, ...] = get_args(Source)
+ENVS: tuple[Env, ...] = get_args(Env)
 # How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
-# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request).
+# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request). A Literal spells its values out
+# for type checkers; grammar.GPU_REQUESTS is the list the CLI and the engine read, so a mismatch fails the import.
+GpuRequest = Literal["nvidia", "cdi"]
+if get_args(GpuRequest) != GPU_REQUESTS:
+    _mismatch = f"schema.GpuRequest {get_args(GpuRequest)} is not grammar.GPU_REQUESTS {GPU_REQUESTS}"
+    raise RuntimeError(_mismatch)
 # What tag_template and aliases may name ({env} only in aliases), what version_template may name (it must name
 # {build}: gpuforge.plan.version), and what cuda_base_image may name.
 TAG_FIELDS = (*AXES, "id", "cuda_tag")
@@ -31,11 +40,13 @@ MAX_ERRORS = 40  # lines of one report; the rest are counted
 _strict = ConfigDict(extra="forbid", strict=True)
 
 
-def _text(check, pattern: str, about: str, **schema):
-    """A string `check`ed at load; matrix.schema.json carries `pattern` (grammar's own regex) so editors and
-    check-jsonschema apply the same rule, and `about` says what the loader checks beyond it."""
-    return Annotated[str, AfterValidator(check),
-                     Field(description=about, json_schema_extra={"pattern": grammar.json_pattern(pattern), **schema})]
+def _text(pattern: str, about: str, **schema: Any) -> FieldInfo:
+    """The schema of a string the loader checks (an AfterValidator beside it in the Annotated): matrix.schema.json
+    carries `pattern` (grammar's own regex) so editors and check-jsonschema apply the same rule, and `about` says
+    what the loader checks beyond it."""
+    # pydantic types Field() as Any, so that `x: int = Field(...)` type-checks as a default; it is a FieldInfo
+    info: FieldInfo = Field(description=about, json_schema_extra={"pattern": grammar.json_pattern(pattern), **schema})
+    return info
 
 
 def _budget(v: float) -> float:
@@ -64,10 +75,8 @@ def _pip(requirement: str) -> str:
 
 # An os axis value: one the compat data knows (the loader says which, with the nearest).
 Os = Annotated[str, Field(json_schema_extra={"enum": compat.os_names()})]
-Flavor = Literal[FLAVORS]
-Source = Literal[SOURCES]
 _URL_ABOUT = "http(s)://HOST[:PORT]/PATH: no credentials, whitespace or control characters"
-Url = _text(grammar.url, grammar.URL, _URL_ABOUT)
+Url = Annotated[str, AfterValidator(grammar.url), _text(grammar.URL, _URL_ABOUT)]
 
 
 class Bootstrap(BaseModel):
@@ -76,18 +85,22 @@ class Bootstrap(BaseModel):
 
     model_config = _strict
     suite: str = Field(description="the os's own Debian codename (e.g. bookworm for debian12)")
-    mirror: _text(lambda v: grammar.url(v, what="a mirror URL"), grammar.URL, _URL_ABOUT) = "http://deb.debian.org/debian"
-    security_mirror: _text(lambda v: grammar.url(v, what="a security mirror URL"), grammar.URL,
-                           f"{_URL_ABOUT}; serves <suite>-security (Debian's: http://deb.debian.org/debian-security)") \
-        = "http://deb.debian.org/debian-security"
+    mirror: Annotated[str, AfterValidator(lambda v: grammar.url(v, what="a mirror URL")),
+                      _text(grammar.URL, _URL_ABOUT)] = "http://deb.debian.org/debian"
+    security_mirror: Annotated[
+        str, AfterValidator(lambda v: grammar.url(v, what="a security mirror URL")),
+        _text(grammar.URL, f"{_URL_ABOUT}; serves <suite>-security (Debian's: http://deb.debian.org/debian-security)"),
+    ] = "http://deb.debian.org/debian-security"
     variant: Literal["minbase", "buildd"] = "minbase"
 
 
 class Base(BaseModel):
     model_config = _strict
-    image: _text(lambda v: grammar.image_reference(v, pinned=True), grammar.PINNED_REFERENCE,
-                 f"[REGISTRY/]NAME:TAG (not latest) or NAME@DIGEST; the name at most {grammar.NAME_MAX} characters, "
-                 "of the os's own family and version") | None = None
+    image: Annotated[
+        str, AfterValidator(lambda v: grammar.image_reference(v, pinned=True)),
+        _text(grammar.PINNED_REFERENCE, f"[REGISTRY/]NAME:TAG (not latest) or NAME@DIGEST; the name at most "
+                                        f"{grammar.NAME_MAX} characters, of the os's own family and version"),
+    ] | None = None
     bootstrap: Bootstrap | None = None
 
     @model_validator(mode="after")
@@ -103,17 +116,27 @@ class Settings(BaseModel):
 
     model_config = _strict
     size_budget_gb: Annotated[float | int, AfterValidator(_budget), Field(json_schema_extra={"exclusiveMinimum": 0})] = 14
-    user: _text(grammar.user_name, grammar.USER_NAME, "a new, unprivileged account (not one the base image has)",
-                maxLength=grammar.USER_MAX, **{"not": {"enum": sorted(grammar.SYSTEM_ACCOUNTS)}}) = "gpuforge"
+    user: Annotated[
+        str, AfterValidator(grammar.user_name),
+        _text(grammar.USER_NAME, "a new, unprivileged account (not one the base image has)",
+              maxLength=grammar.USER_MAX, **{"not": {"enum": sorted(grammar.SYSTEM_ACCOUNTS)}}),
+    ] = "gpuforge"
     uid: int = Field(1000, ge=1000, le=65000)
     index_url: Url | None = None  # None: PyPI for PyPI's default variant, download.pytorch.org otherwise
     pypi_url: Url = "https://pypi.org/simple"
-    apt_packages: list[_text(grammar.apt_package, grammar.APT_PACKAGE, "a Debian package name, optionally =VERSION")] = []
-    pip_packages: list[_text(_pip, grammar.PIP_REQUIREMENT,
-                             "a PEP 508 requirement from an index, not torch, torchvision, torchaudio or triton; the loader "
-                             "also parses it with packaging and checks it against the target's pins")] = []
-    aliases: dict[Literal[ENVS], list[_text(_alias, grammar.template((*TAG_FIELDS, "env")),
-                                            "a tag template: each target's alias must render to a valid tag, unique")]] = {}
+    apt_packages: list[Annotated[str, AfterValidator(grammar.apt_package),
+                                 _text(grammar.APT_PACKAGE, "a Debian package name, optionally =VERSION")]] = []
+    pip_packages: list[Annotated[
+        str, AfterValidator(_pip),
+        _text(grammar.PIP_REQUIREMENT, "a PEP 508 requirement from an index, not torch, torchvision, torchaudio or "
+                                       "triton; the loader also parses it with packaging and checks it against the "
+                                       "target's pins"),
+    ]] = []
+    aliases: dict[Env, list[Annotated[
+        str, AfterValidator(_alias),
+        _text(grammar.template((*TAG_FIELDS, "env")),
+              "a tag template: each target's alias must render to a valid tag, unique"),
+    ]]] = {}
 
 
 SETTING_KEYS = tuple(Settings.model_fields)
@@ -186,7 +209,8 @@ class Gpu(BaseModel):
 
     model_config = _strict
     model: GpuModel
-    capability: _text(grammar.capability, grammar.CAPABILITY, "MAJOR.MINOR; must equal the compat data's for the model")
+    capability: Annotated[str, AfterValidator(grammar.capability),
+                          _text(grammar.CAPABILITY, "MAJOR.MINOR; must equal the compat data's for the model")]
 
 
 class Pool(BaseModel):
@@ -195,42 +219,53 @@ class Pool(BaseModel):
 
     model_config = _strict
     gpu: Gpu
-    drivers: list[_text(grammar.driver_version, grammar.DRIVER_VERSION, "an NVIDIA Linux driver version")] = \
-        Field(min_length=1)
-    runs_on: list[_text(grammar.runner_label, grammar.RUNNER_LABEL, "a GitHub Actions runner label")] = \
-        Field(min_length=1)
+    drivers: list[Annotated[str, AfterValidator(grammar.driver_version),
+                            _text(grammar.DRIVER_VERSION, "an NVIDIA Linux driver version")]] = Field(min_length=1)
+    runs_on: list[Annotated[str, AfterValidator(grammar.runner_label),
+                            _text(grammar.RUNNER_LABEL, "a GitHub Actions runner label")]] = Field(min_length=1)
     gpus: int = Field(1, ge=1, le=64)
     exclude: list[str] = []  # target selectors (as `overrides.select`) this pool does not validate
 
 
 class MatrixFile(BaseModel):
     model_config = _strict
-    registry: _text(grammar.registry, grammar.REGISTRY, "HOST[:PORT] without a scheme (a dot, localhost, or a port)") = "127.0.0.1:5000"
-    repository: _text(grammar.repository, grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
-                      maxLength=grammar.NAME_MAX) = "gpuforge/pytorch"
-    tag_template: _text(_tag_template,
-                        grammar.template(TAG_FIELDS),
-                        "the target's tag, shared by its builds (the local engine tag, the stem of the environment tags); "
-                        f"must render to a valid tag of at most {grammar.TAG_MAX} characters, less promotion suffixes") = "{id}"
-    version_template: _text(lambda v: grammar.placeholders(v, VERSION_FIELDS, what="version_template",
-                                                           required=("build",)),
-                            grammar.template(VERSION_FIELDS, required=("build",)),
-                            "the version tag of one build, which never moves; must contain {build} (the build's UTC "
-                            "time, e.g. 20261206T203015Z) and render to a valid tag of at most "
-                            f"{grammar.TAG_MAX} characters, less promotion suffixes") = "{tag}-{build}"
-    cuda_base_image: _text(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
-                                                          required=("cuda_full",)),
-                           grammar.template(CUDA_BASE_FIELDS, first=r"[A-Za-z0-9\[]", char=grammar.REFERENCE_CHAR,
-                                            required=("cuda_full",)),
-                           "must render to an image reference for each target") = \
-        "nvidia/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"
+    registry: Annotated[
+        str, AfterValidator(grammar.registry),
+        _text(grammar.REGISTRY, "HOST[:PORT] without a scheme (a dot, localhost, or a port)"),
+    ] = "127.0.0.1:5000"
+    repository: Annotated[
+        str, AfterValidator(grammar.repository),
+        _text(grammar.REPOSITORY, f"registry/repository at most {grammar.NAME_MAX} characters",
+              maxLength=grammar.NAME_MAX),
+    ] = "gpuforge/pytorch"
+    tag_template: Annotated[
+        str, AfterValidator(_tag_template),
+        _text(grammar.template(TAG_FIELDS),
+              "the target's tag, shared by its builds (the local engine tag, the stem of the environment tags); "
+              f"must render to a valid tag of at most {grammar.TAG_MAX} characters, less promotion suffixes"),
+    ] = "{id}"
+    version_template: Annotated[
+        str, AfterValidator(lambda v: grammar.placeholders(v, VERSION_FIELDS, what="version_template",
+                                                           required=("build",))),
+        _text(grammar.template(VERSION_FIELDS, required=("build",)),
+              "the version tag of one build, which never moves; must contain {build} (the build's UTC "
+              "time, e.g. 20261206T203015Z) and render to a valid tag of at most "
+              f"{grammar.TAG_MAX} characters, less promotion suffixes"),
+    ] = "{tag}-{build}"
+    cuda_base_image: Annotated[
+        str, AfterValidator(lambda v: grammar.placeholders(v, CUDA_BASE_FIELDS, what="cuda_base_image",
+                                                           required=("cuda_full",))),
+        _text(grammar.template(CUDA_BASE_FIELDS, first=r"[A-Za-z0-9\[]", char=grammar.REFERENCE_CHAR,
+                               required=("cuda_full",)),
+              "must render to an image reference for each target"),
+    ] = "nvidia/cuda:{cuda_full}-{cudnn_tag}-{flavor}-{os}"
     bases: dict[str, Base] = {}
     defaults: Settings = Settings()
     matrix: Axes
     overrides: list[Override] = []
     default: list[str] = Field(min_length=1)
     extra_ca: str | None = None
-    gpu_request: Literal[GPU_REQUESTS] | None = None  # None: --gpu-request / GPUFORGE_GPU_REQUEST, else nvidia
+    gpu_request: GpuRequest | None = None  # None: --gpu-request / GPUFORGE_GPU_REQUEST, else nvidia
     fleet: dict[str, Pool] = {}  # pool name -> pool (gpuforge.plan.fleet checks every target against each)
 
 
@@ -263,12 +298,13 @@ def _hint(err: Mapping[str, Any], doc: Positioned, loc: tuple[Any, ...]) -> str:
         allowed = err["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
         shown = doc.written(loc, value) if not isinstance(value, str) else value
         return f"{shown!r} is not allowed (allowed: {allowed}){grammar.nearest(shown, allowed.split(', '))}"
+    message: str = err["msg"]
     if kind == "value_error":
-        return err["msg"].removeprefix("Value error, ")
+        return message.removeprefix("Value error, ")
     if kind in ("float_type", "int_type", "bool_type") and isinstance(value, str):
         return f"expected a number, got the string {value!r} (write it unquoted)"
     shown = doc.written(loc, value) if not isinstance(value, dict | list) else type(value).__name__
-    return err["msg"].replace("Input should be", "expected") + f" (got {shown})"
+    return message.replace("Input should be", "expected") + f" (got {shown})"
 
 
 def _allowed_at(loc: tuple[Any, ...]) -> tuple[str, ...]:
@@ -299,6 +335,7 @@ def json_schema() -> dict[str, Any]:
     per_os = {}
     for name in compat.os_names():
         info = compat.os_info(name)
+        assert info is not None  # os_names() lists the keys os_info reads
         rule = ({"properties": {"bootstrap": {"properties": {"suite": {"const": info["codename"]}}}}}
                 if info["family"] == "debian" else {"not": {"required": ["bootstrap"]}})
         per_os[name] = {"allOf": [base, rule]}

@@ -8,9 +8,10 @@ checked as the events arrive: file size, nesting depth, and how much alias expan
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Final, NoReturn, Protocol, cast
 
 import yaml
 
@@ -22,7 +23,8 @@ MAX_BYTES = 1 << 20  # matrix files are a few KB; this is room for thousands of 
 MAX_DEPTH = 32
 MAX_ALIAS_VALUES = 10_000  # values that alias expansion may add in total
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's loader where PyYAML was built with it
+_Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 _SEQ = "tag:yaml.org,2002:seq"
@@ -77,21 +79,51 @@ class Positioned:
         return text if text is not None else str(value)
 
 
+class _Mark(Protocol):
+    """Where an event starts or ends: yaml.Mark from PyYAML's parser, yaml._yaml.Mark from libyaml's."""
+
+    line: int  # 0-based
+
+
+class _EventLoader(Protocol):
+    """What _Builder uses of a loader (yaml.SafeLoader, or libyaml's yaml.CSafeLoader): the parser's events, the
+    resolver of implicit tags and the constructors of scalars."""
+
+    yaml_constructors: ClassVar[dict[str | None, Any]]
+
+    def get_event(self) -> yaml.Event | None: ...
+
+    def resolve(self, kind: type[yaml.Node], value: str, implicit: tuple[bool, bool]) -> str: ...
+
+
+class _Merge(enum.Enum):
+    KEY = "<<"
+
+
+# A frame's pending key when the key was `<<` (the value merges); an enum member, so no str key can be it.
+_MERGE_KEY: Final = _Merge.KEY
+
+
+def _line(mark: _Mark | None) -> int:
+    return mark.line + 1 if mark is not None else 1
+
+
 class _Frame:
     __slots__ = ("anchor", "data", "key", "loc", "mark", "merges", "seen", "size")
 
-    def __init__(self, data, loc, anchor, mark):
+    def __init__(self, data: dict[str, object] | list[object], loc: Loc | None, anchor: str | None,
+                 mark: _Mark | None):
         self.data, self.loc, self.anchor, self.mark = data, loc, anchor, mark
-        self.key = None
-        self.seen: set[Any] = set()
-        self.merges: list[Any] = []
+        self.key: str | _Merge | None = None
+        self.seen: set[str] = set()
+        self.merges: list[dict[Any, Any]] = []
         self.size = 1
 
 
 class _Builder:
     """Data from parser events; records lines and raw scalar text per loc; enforces the limits."""
 
-    def __init__(self, path: Path, loader):
+    def __init__(self, path: Path, loader: _EventLoader):
         self.path, self.loader = path, loader
         self.lines: dict[Loc, int] = {}
         self.raw: dict[Loc, str] = {}
@@ -99,12 +131,11 @@ class _Builder:
         self.open_anchors: set[str] = set()
         self.alias_values = 0
 
-    def fail(self, mark, text: str):
-        line = mark.line + 1 if mark is not None else 1
-        msg = f"{self.path}:{line}: {text}"
+    def fail(self, mark: _Mark | None, text: str) -> NoReturn:
+        msg = f"{self.path}:{_line(mark)}: {text}"
         raise ConfigError(msg)
 
-    def scalar(self, ev) -> object:
+    def scalar(self, ev: yaml.ScalarEvent) -> object:
         tag = ev.tag
         if tag is None or tag == "!":
             tag = self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
@@ -114,7 +145,9 @@ class _Builder:
         if ctor is None:
             self.fail(ev.start_mark, f"the tag {tag} is not allowed (matrix files hold plain strings, numbers, lists and mappings)")
         try:
-            return ctor(self.loader, yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style))
+            # types-PyYAML types a node's marks as yaml.Mark; libyaml's parser gives its own Mark, with the same fields
+            start, end = cast("yaml.Mark | None", ev.start_mark), cast("yaml.Mark | None", ev.end_mark)
+            return ctor(self.loader, yaml.ScalarNode(tag, ev.value, start, end, ev.style))
         # IndexError: PyYAML's int constructor reads value[0], so an empty `!!int` raises it
         except (yaml.YAMLError, ValueError, TypeError, OverflowError, IndexError) as e:
             self.fail(ev.start_mark, f"cannot read {ev.value!r} as {tag.rsplit(':', 1)[-1]}: {getattr(e, 'problem', None) or e}")
@@ -128,24 +161,25 @@ class _Builder:
         docs = 0
         while True:
             ev = ld.get_event()
-            if isinstance(ev, yaml.StreamEndEvent):
+            if ev is None or isinstance(ev, yaml.StreamEndEvent):  # None: the parser has no events left
                 return root
             if isinstance(ev, yaml.DocumentStartEvent):
                 docs += 1
                 if docs > 1:
                     self.fail(ev.start_mark, "more than one YAML document (---); a matrix file holds one")
                 continue
-            if isinstance(ev, yaml.StreamStartEvent | yaml.DocumentEndEvent):
-                continue
             parent = stack[-1] if stack else None
-            if isinstance(ev, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            if isinstance(ev, yaml.CollectionStartEvent):  # a mapping or sequence starts
+                stack.append(self._opened(ev, self._loc_for(parent), parent, depth=len(stack)))
+                continue
+            if isinstance(ev, yaml.CollectionEndEvent):
                 value, size, mark = self._closed(stack.pop())
                 parent = stack[-1] if stack else None
-            else:
-                loc = self._loc_for(parent, ev)
+            elif isinstance(ev, yaml.AliasEvent | yaml.ScalarEvent):
+                loc = self._loc_for(parent)
                 if isinstance(ev, yaml.AliasEvent):
                     value, size = self._alias(ev)
-                elif isinstance(ev, yaml.ScalarEvent):
+                else:
                     if parent is not None and isinstance(parent.data, dict) and parent.key is None:
                         self._key(parent, ev)
                         parent.size += 1
@@ -153,20 +187,19 @@ class _Builder:
                     value, size = self.scalar(ev), 1
                     if loc is not None:
                         self.raw[loc] = ev.value
-                else:  # a mapping or sequence starts
-                    stack.append(self._opened(ev, loc, parent, depth=len(stack)))
-                    continue
                 mark = ev.start_mark
                 if loc is not None:
-                    self.lines.setdefault(loc, mark.line + 1)
+                    self.lines.setdefault(loc, _line(mark))
                 if ev.anchor:
                     self.anchors[ev.anchor] = (value, size)
+            else:  # the stream's start, a document's end: no value
+                continue
             if parent is None:
                 root = value
             else:
                 self._attach(parent, value, size, mark, ev)
 
-    def _closed(self, done: _Frame) -> tuple[object, int, object]:
+    def _closed(self, done: _Frame) -> tuple[object, int, _Mark | None]:
         """A mapping or sequence that ended: its merges applied, its anchor (if any) now usable."""
         if isinstance(done.data, dict):
             for merged in done.merges:  # explicit keys win, then earlier merges over later ones
@@ -177,7 +210,7 @@ class _Builder:
             self.open_anchors.discard(done.anchor)
         return done.data, done.size, done.mark
 
-    def _alias(self, ev) -> tuple[object, int]:
+    def _alias(self, ev: yaml.AliasEvent) -> tuple[object, int]:
         """The anchored value an alias names; a recursive alias, a forward one or an alias bomb is refused."""
         if ev.anchor in self.open_anchors:
             self.fail(ev.start_mark, f"alias *{ev.anchor} refers to a value that contains it (recursive)")
@@ -190,7 +223,7 @@ class _Builder:
                                      f"(at *{ev.anchor}); refused as an alias bomb: write the values out")
         return value, size
 
-    def _opened(self, ev, loc: Loc | None, parent: _Frame | None, *, depth: int) -> _Frame:
+    def _opened(self, ev: yaml.CollectionStartEvent, loc: Loc | None, parent: _Frame | None, *, depth: int) -> _Frame:
         """The frame of a mapping or sequence that starts: plain tags only, bounded depth, never a key."""
         tag = ev.tag if ev.tag not in (None, "!") else None
         is_map = isinstance(ev, yaml.MappingStartEvent)
@@ -199,15 +232,16 @@ class _Builder:
         if depth >= MAX_DEPTH:
             self.fail(ev.start_mark, f"nested deeper than {MAX_DEPTH} levels")
         if loc is not None:
-            self.lines.setdefault(loc, ev.start_mark.line + 1)
-        frame = _Frame({} if is_map else [], loc, ev.anchor, ev.start_mark)
+            self.lines.setdefault(loc, _line(ev.start_mark))
+        data: dict[str, object] | list[object] = {} if is_map else []
+        frame = _Frame(data, loc, ev.anchor, ev.start_mark)
         if parent is not None and parent.key is None and isinstance(parent.data, dict):
             self.fail(ev.start_mark, "a mapping key must be a plain string, not a list or mapping")
         if ev.anchor:
             self.open_anchors.add(ev.anchor)
         return frame
 
-    def _attach(self, parent: _Frame, value: object, size: int, mark, ev) -> None:
+    def _attach(self, parent: _Frame, value: object, size: int, mark: _Mark | None, ev: yaml.Event) -> None:
         """Put a finished value into its parent: appended to a list, or under the pending key (a merge key merges)."""
         parent.size += size
         if isinstance(parent.data, list):
@@ -221,7 +255,7 @@ class _Builder:
                 parent.data[parent.key] = value
             parent.key = None
 
-    def _loc_for(self, parent: _Frame | None, ev) -> Loc | None:
+    def _loc_for(self, parent: _Frame | None) -> Loc | None:
         if parent is None:
             return ()
         if parent.loc is None:
@@ -232,7 +266,7 @@ class _Builder:
             return None  # a key, or a merged value: positions come from the keys themselves
         return (*parent.loc, parent.key)
 
-    def _key(self, parent: _Frame, ev) -> None:
+    def _key(self, parent: _Frame, ev: yaml.ScalarEvent) -> None:
         value = ev.value
         tag = ev.tag if ev.tag not in (None, "!") else self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
         if tag == _MERGE:
@@ -246,16 +280,14 @@ class _Builder:
         parent.seen.add(value)
         parent.key = value
         if parent.loc is not None:
-            self.lines[(*parent.loc, value)] = ev.start_mark.line + 1
+            self.lines[(*parent.loc, value)] = _line(ev.start_mark)
 
-    def _merge(self, parent: _Frame, value, mark) -> None:
+    def _merge(self, parent: _Frame, value: object, mark: _Mark | None) -> None:
         items = value if isinstance(value, list) else [value]
-        if not all(isinstance(m, dict) for m in items):
+        merges = [m for m in items if isinstance(m, dict)]
+        if len(merges) != len(items):
             self.fail(mark, "<< (merge) needs a mapping or a list of mappings")
-        parent.merges.extend(items)
-
-
-_MERGE_KEY = object()
+        parent.merges.extend(merges)
 
 
 def _read(path: Path) -> str:

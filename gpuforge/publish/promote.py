@@ -23,7 +23,7 @@ import datetime as dt
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.evidence.age import age_days
@@ -39,7 +39,7 @@ from gpuforge.validate.report_model import Evidence as ReportEvidence
 from gpuforge.validate.report_model import Report
 
 
-def _refuse(t_id: str, why: str) -> None:
+def _refuse(t_id: str, why: str) -> NoReturn:
     msg = f"{t_id}: promotion refused: {why}; no tag was changed"
     raise PromotionRefused(msg)
 
@@ -161,7 +161,7 @@ def gpu_rule(env: str, *, require_gpu: bool, allow_no_gpu: bool) -> bool:
 
 
 def _plan(t: Target, *, records: Records, auth: RegistryAuth, env: str, require_gpu: bool,
-          allow_no_gpu: bool, replace: bool, verifier: attest.Verifier, require_cve: bool,
+          allow_no_gpu: bool, replace: bool, verifier: attest.Verifier | None, require_cve: bool,
           max_age_days: float | None) -> tuple[transaction.Move, history.History]:
     rec = records.require_build(t.id)
     if not rec.digest:
@@ -214,7 +214,7 @@ def rejudge(reg: Registry, repo: ImageRef, verifier: attest.Verifier, rec: Promo
           require_gpu=rec.env == "prod" and not rec.allow_no_gpu, check_validator_set=False, who=rec.target)
 
 
-def resume(t: Target, *, env: str, verifier: attest.Verifier, signer: attest.Signer,
+def resume(t: Target, *, env: str, verifier: attest.Verifier | None, signer: attest.Signer,
            reports: Path | None) -> PromotionRecord | None:
     """Complete an interrupted promotion or rollback of `t` in `env`, if the registry shows one."""
     if verifier is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuforge.errors import ConfigError, PromotionRefused
 from gpuforge.plan.target import Target
@@ -20,7 +20,7 @@ from gpuforge.registry.client import Registry
 from gpuforge.state.promotions import PromotionRecord
 
 
-def _refuse(t: Target, why: str) -> None:
+def _refuse(t: Target, why: str) -> NoReturn:
     msg = f"{t.id}: rollback refused: {why}; no tag was changed"
     raise PromotionRefused(msg)
 

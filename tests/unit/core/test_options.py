@@ -5,6 +5,7 @@ is one line naming its source, exit 2, before any work."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from state_here import records
@@ -207,6 +208,64 @@ def test_a_stage_is_filled_from_the_command_and_frozen(monkeypatch):
         b.driver = "buildx"  # type: ignore[misc]
     v = options.resolve(command="push").stage(options.ValidateSettings)  # push takes none of them: the defaults
     assert v == options.ValidateSettings()
+
+
+def _with(o: options.Options, **values: object) -> options.Options:
+    """`o` with some values replaced, as a wrong row of the table would give them."""
+    out = dict(o.resolved)
+    out.update({name: options.Resolved(name, value, "default") for name, value in values.items()})
+    return dataclasses.replace(o, resolved=out)
+
+
+@pytest.mark.parametrize("command", sorted({c for s in options.TABLE for c in s.commands}))
+def test_every_command_fills_every_stage_with_its_defaults(command):
+    """The table's defaults (and each command's own) are of their stage fields' types."""
+    o = options.resolve(command=command, environ={})
+    for stage in options.STAGES:
+        o.stage(stage)
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("jobs", "2", "int"), ("jobs", True, "int"), ("no_cache", 1, "bool"), ("cache_from", ["a"], "tuple[str, ...]"),
+    ("cache_from", ("a", 2), "tuple[str, ...]"), ("driver", None, "str"), ("extra_ca", 3, "str | None"),
+])
+def test_a_stage_field_of_another_type_is_refused_naming_the_setting(name, value, expected):
+    o = _with(options.resolve(command="build", environ={}), **{name: value})
+    with pytest.raises(TypeError, match=rf"^setting {name}: expected {re.escape(expected)} \(BuildSettings\.{name}\), "
+                                        rf"got {re.escape(repr(value))} "):
+        o.stage(options.BuildSettings)
+
+
+def test_a_stage_takes_its_own_types():
+    p = _with(options.resolve(command="promote", environ={}), evidence_ttl=options.Ttl(dev=2, prod=1))
+    assert p.stage(options.PromoteSettings).evidence_ttl == options.Ttl(dev=2, prod=1)
+    with pytest.raises(TypeError, match=r"^setting evidence_ttl: expected Ttl \(PromoteSettings\.evidence_ttl\), got '30' "):
+        _with(p, evidence_ttl="30").stage(options.PromoteSettings)
+    c = _with(options.resolve(command="cve-gate", environ={}), cve_max_db_age_hours=24)  # an int is a float
+    assert c.stage(options.CveGateSettings).cve_max_db_age_hours == 24
+
+
+def test_a_flag_of_another_type_is_refused_naming_the_setting():
+    o = options.resolve(command="rollback", environ={})
+    run = cli._make_run(o, None)
+    assert (run.text("digest"), run.number("steps")) == (None, None)
+    run = cli._make_run(_with(o, digest="sha256:ab", steps=2), None)
+    assert (run.text("digest"), run.number("steps")) == ("sha256:ab", 2)
+    for read, name, value, expected in [(cli.Run.text, "digest", 3, "str"), (cli.Run.number, "steps", "2", "int"),
+                                        (cli.Run.number, "steps", True, "int")]:
+        with pytest.raises(TypeError, match=rf"^setting {name}: expected {expected}, got {re.escape(repr(value))} "):
+            read(cli._make_run(_with(o, **{name: value}), None), name)
+    o = options.resolve(command="outdated", environ={})
+    assert cli._make_run(o, None).flag("prod") is False
+    for value in ("1", 1, None):
+        with pytest.raises(TypeError, match=rf"^setting prod: expected bool, got {re.escape(repr(value))} "):
+            cli._make_run(_with(o, prod=value), None).flag("prod")
+    s = options.resolve(command="smoke", environ={})
+    assert cli._make_run(_with(s, expect=("a", "b")), None).texts("expect") == ("a", "b")
+    with pytest.raises(TypeError, match=r"^setting expect: expected tuple\[str, \.\.\.\], got \['a'\] "):
+        cli._make_run(_with(s, expect=["a"]), None).texts("expect")
+    with pytest.raises(TypeError, match=r"^setting matrix: expected str, got None "):
+        _with(s, matrix=None).required_text("matrix")
 
 
 def test_no_settings_live_in_module_state():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
@@ -53,6 +54,10 @@ def _by_vuln(doc: dict) -> dict[str, dict]:
 def test_the_justifications_are_the_pinned_schemas():
     enum = schema()["properties"]["statements"]["items"]["properties"]["justification"]["enum"]
     assert list(openvex.JUSTIFICATIONS) == enum
+
+
+def test_the_allowlist_accepts_exactly_the_justifications():
+    assert get_args(cve.Justification) == openvex.JUSTIFICATIONS
 
 
 def test_counted_findings_are_affected_with_what_fixes_them_about_the_digest():
