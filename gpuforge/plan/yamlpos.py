@@ -148,8 +148,9 @@ class _Builder:
             # types-PyYAML types a node's marks as yaml.Mark; libyaml's parser gives its own Mark, with the same fields
             start, end = cast("yaml.Mark | None", ev.start_mark), cast("yaml.Mark | None", ev.end_mark)
             return ctor(self.loader, yaml.ScalarNode(tag, ev.value, start, end, ev.style))
-        # IndexError: PyYAML's int constructor reads value[0], so an empty `!!int` raises it
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError, IndexError) as e:
+        # IndexError: PyYAML's int constructor reads value[0], so an empty `!!int` raises it; KeyError: its bool
+        # constructor looks the word up, so `!!bool maybe` raises it
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, IndexError, KeyError) as e:
             self.fail(ev.start_mark, f"cannot read {ev.value!r} as {tag.rsplit(':', 1)[-1]}: {getattr(e, 'problem', None) or e}")
         return None
 

@@ -203,6 +203,7 @@ CASES = [
     Case("control-character", swap(2, "repository: gpuforge/py\x07torch"), 2, ("control characters", "U+0007")),
     Case("python-object-tag", swap(2, "repository: !!python/object/apply:os.system [id]"), 2, ("is not allowed",)),
     Case("empty-int-tag", add("extra_ca: !!int\n"), END, ("cannot read '' as int",)),
+    Case("bool-tag-not-a-word", add("extra_ca: !!bool maybe\n"), END, ("cannot read 'maybe' as bool",)),
     Case("boolean-key", add("no: 1\n"), END, ('the key no is read by YAML as a boolean', 'quote it: "no"')),
     Case("duplicate-key", add("registry: again\n"), END, ("duplicate key 'registry'",)),
     Case("two-documents", BASE + "---\nregistry: x\n", END, ("more than one YAML document",)),

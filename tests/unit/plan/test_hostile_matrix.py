@@ -59,7 +59,7 @@ def test_at_least_forty_cases_with_unique_ids():
 
 
 # Edits a careless hand or a broken script makes: YAML syntax, anchors, tags, odd scalars, bad bytes.
-_TOKENS = ["{", "}", "[", "]", ":", "- ", "&a ", "*a", "<<: ", "!!str ", "!!int ", "'", '"', "\n", "  ", "null", "no",
+_TOKENS = ["{", "}", "[", "]", ":", "- ", "&a ", "*a", "<<: ", "!!str ", "!!int ", "!!bool ", "!!float ", "!!timestamp ", "'", '"', "\n", "  ", "null", "no",
            "1e400", ".nan", "{id}", "%", "? ", "|", "#", "\t", "~", "12.10", "@", "`", ",", "\x00", "\udcff", "é"]
 
 

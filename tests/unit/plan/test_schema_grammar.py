@@ -109,7 +109,7 @@ LOADER_ONLY = {
     "extra-ca-not-pem", "python-mismatch-grouped", "include-missing-axes", "alias-env-typo", "include-uid",
     "cuda-unquoted-12.10", "os-norway-no", "flavor-typo", "alias-bomb", "alias-recursive", "deep-nesting",
     "ten-megabytes", "axes-product-explosion", "selector-brace-bomb", "non-utf8-bytes", "control-character",
-    "python-object-tag", "empty-int-tag", "boolean-key", "duplicate-key", "two-documents", "bad-timestamp",
+    "python-object-tag", "empty-int-tag", "bool-tag-not-a-word", "boolean-key", "duplicate-key", "two-documents", "bad-timestamp",
     # compat-data facts: the arch list and driver floor of each target, the capability of each GPU model
     "fleet-cu126-on-sm120", "fleet-driver-too-old", "fleet-capability-not-the-models", "fleet-exclude-nothing",
     "default-matches-nothing", "cuda-not-published", "unknown-torch", "python-os-mismatch",
