@@ -177,8 +177,8 @@ def clean(session: nox.Session) -> None:
 
 @nox.session(python=PY, name="fleet")
 def fleet(session: nox.Session) -> None:
-    """#20's commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms|canary ...` (docs/fleet.md,
-    docs/cve.md, docs/promotion.md)."""
+    """The fleet commands: `nox -s fleet -- cve-gate|outdated|support|release-notes|prod-sboms|canary ...`
+    (docs/fleet.md, docs/cve.md, docs/promotion.md)."""
     _install(session)
     allowed = ("cve-gate", "outdated", "support", "release-notes", "prod-sboms", "canary")
     if not session.posargs or session.posargs[0] not in allowed:

@@ -203,8 +203,8 @@ def dead_runs_window(*, leaves_them: bool):
     """`build` and `validate` first remove the containers of gpuforge runs that died, and say so on stderr. A test
     that kills a run on the shared engine leaves such containers there until its own clean or reap: it holds this
     lock alone (`leaves_them=True`) from the kill to that clean. A test that asserts a `build`'s or `validate`'s whole
-    stderr holds it shared, so a reaping line in what it reads is never another test's (run 21: a unit test's
-    `validate` reaped test_clean's killed owner and printed two lines)."""
+    stderr holds it shared, so a reaping line in what it reads is never another test's (a unit test's `validate`
+    once reaped test_clean's killed owner and printed two lines)."""
     with _run_lock("dead-runs", shared=not leaves_them):
         yield
 
@@ -360,7 +360,7 @@ def devel_canary(devel_build, validated, cosign_keys):
     return done
 
 
-# --- the suite leaves the checkout as it found it (#27) --------------------------------------------------------
+# --- the suite leaves the checkout as it found it -------------------------------------------------------------
 # It once rewrote target.json, .dockerignore and the bake file in place: that fails on a read-only checkout and
 # races in parallel runs. Compared at the end of the session: git's view of the tree (modified and untracked files,
 # ignored ones left out), the bytes of every file it lists, and each tracked file's mtime (a rewrite of the same

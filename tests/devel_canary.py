@@ -1,4 +1,4 @@
-"""The devel image's one full validation is a canary's (#27: one full validation fewer per run).
+"""The devel image's one full validation is a canary's (one full validation fewer per run).
 
 A canary re-runs every validator on what an environment holds and never reuses evidence by content; the devel image
 needs a full validation of its own anyway. So one run proves both: the devel image is pushed to the run's registry,

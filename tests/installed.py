@@ -4,7 +4,7 @@
 The run's one signed validation (`validated` in conftest.py) is made this way, so one full validation carries three
 claims: the default image is green and signed (test_registry.py and the modules that promote it), the installed copy
 validates from the repository root (test_install.py), and a `clean` during a validate keeps the live run's containers
-(#18; test_install.py reads what each `clean` said and saw). The observations are kept here; the tests assert them.
+(test_install.py reads what each `clean` said and saw). The observations are kept here; the tests assert them.
 """
 
 from __future__ import annotations

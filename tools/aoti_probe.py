@@ -1,4 +1,4 @@
-"""Where an AOTInductor package's build and load spend their time (issue #21; run on the GPU machine, in a container
+"""Where an AOTInductor package's build and load spend their time (run on the GPU machine, in a container
 or on the bare host). Not a check: it prints one JSON object of stage timings.
 
   builder (this process): import torch, CUDA start, export + aoti_compile_and_package of the smoke's small MLP,

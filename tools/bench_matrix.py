@@ -1,8 +1,8 @@
 """Matrix benchmark (`nox -s bench_matrix`): hostile matrices and a 2,000-target plan, with budgets.
 
 1. Every case of tests/unit/plan/hostile_cases.py, each in a fresh process: time of `gpuforge plan` (imports
-   excluded) and peak RSS. Budgets (issue #12): every case under 2 s and 200 MB, the alias bomb refused
-   in under 1 s. `--old` runs the same table against the implementation before #12 (commit d32d7c3).
+   excluded) and peak RSS. Budgets: every case under 2 s and 200 MB, the alias bomb refused
+   in under 1 s. `--old` runs the same table against the code before the hostile-matrix fixes (commit d32d7c3).
 2. `gpuforge plan` (table and --json) of a 2,000-target matrix, today's code side by side with d32d7c3's.
    Real compat data has ~70 valid combinations, so the run extends it with synthetic torch releases
    (copies of 2.7.1 named 9.N.0) in both processes alike.

@@ -1,4 +1,4 @@
-"""Pull benchmark (#21), side by side in one run: the default image with gzip layers vs zstd layers,
+"""Pull benchmark, side by side in one run: the default image with gzip layers vs zstd layers,
 each pulled into a FRESH engine (a second dockerd with an empty data root: trixie's 26.1.5, which pulls
 zstd; 20.10 cannot), timing the pull and then the first `import torch` in a container of it.
 

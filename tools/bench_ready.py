@@ -1,4 +1,4 @@
-"""Cold start by readiness (#29): what a user waits for, from the moment the container is asked for, on an engine
+"""Cold start by readiness: what a user waits for, from the moment the container is asked for, on an engine
 with no layers, with the registry behind a shaped link. Three ways to ship one image, side by side in one run:
 
   gzip   the image's layers gzip-compressed, pulled whole, unpacked by containerd's overlayfs snapshotter

@@ -434,7 +434,7 @@ def _bars_raised() -> str:
     return json.dumps(raised_floors(readiness.bars(), _gpu_names()))
 
 
-# Each fault of #29, in a container of the image with the GPU (CDI): (name, extra docker run arguments, selftest
+# Each readiness fault, in a container of the image with the GPU (CDI): (name, extra docker run arguments, selftest
 # arguments, the blame it must get). The image's own `selftest --level` judges with its compat data, or the bars given.
 # "unknown": the kernel log closed to the container (NO_KMSG: no /dev/kmsg, no CAP_SYSLOG) is not known, never the
 # host's fault: READY naming it (exit 0), or with --strict exit 12.
@@ -529,7 +529,7 @@ def step_repeat(out: Path) -> dict:
 
 
 def step_startup(out: Path) -> dict:
-    """Readiness after the pull (#29's cold start on the GPU; the image is local here): `docker run` -> process, first
+    """Readiness after the pull (the cold start on the GPU; the image is local here): `docker run` -> process, first
     `import torch`, first CUDA op, first compiled inference, a Jupyter kernel answering; 3 runs, seconds from the
     command. The probe is tools/ready_probe.py's (no imports: this machine's Python reaches only the carried wheels),
     which tools/bench_ready.py times after a pull on the CPU machine."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LOOK-ALIKE ONLY: the images here are made from the GPU machine's own userland (torch 2.11), not the shipped image.
 # A development aid; GPU claims come from the shipped image carried by tools/gpu_carry.py (docs/contributing.md).
-# Everything issue #14 measures on the GPU machine (an H200 with no Docker and no network), in one call each:
+# The driver, CDI and warm-start measurements on the GPU machine (an H200 with no Docker and no network),
+# one call each (docs/measurements/gpu-14.md):
 #   tools/gpu_run.sh local   driver + smoke validators against local://, the device-count check made to fail with
 #                            NVIDIA_VISIBLE_DEVICES, the perf table with the warm-start rows      (carry .whl)
 #   tools/gpu_run.sh cdi     a carried Docker 26.1.5 with CDI on, an image made from the host's userland plus
@@ -9,7 +10,7 @@
 #                            and `gpuforge smoke --image … --gpu-request cdi`                     (carry .whl .device)
 #   tools/gpu_run.sh warm    the same engine: warm starts across two fresh containers (artifacts file, cache dir on a
 #                            volume), the C++ AOTInductor loader, the bare host's AOTInductor crash (carry .whl .device)
-# Issue #21 (docs/measurements/gpu-21.md):
+# The engine and warm-start measurements (docs/measurements/gpu-21.md):
 #   tools/gpu_run.sh bare21  smoke local:// (concurrent schedule), the AOTInductor loader without PYTHONPATH, the perf
 #                            table (best of N + CV, claims) with both warm-start ways as fresh processes  (carry .whl)
 #   tools/gpu_run.sh ctr21   the CDI engine: smoke --image … --gpu-request cdi, then warm starts across two fresh

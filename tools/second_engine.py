@@ -25,7 +25,7 @@ from pathlib import Path
 import docker
 
 DOCKER = "/usr/bin/docker"
-# The modern engine of the engine matrix (#21): Debian trixie's dockerd and the containerd it manages,
+# The modern engine of the engine matrix: Debian trixie's dockerd and the containerd it manages,
 # unpacked (`apt-get download` + `dpkg -x`) into a private folder so the machine's engine stays 20.10.
 TRIXIE_ENGINE = ("docker.io=26.1.5+dfsg1-9+deb13u1+b1", "containerd=1.7.24~ds1-6+deb13u1")
 ENGINE_DIR = Path("/var/tmp/gpuforge-engine-26.1.5")

@@ -18,13 +18,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Newer Docker parts from trixie, pinned; they install on bookworm (they need only libc6 >= 2.34).
-# One word per package (name=version). cosign signs and verifies the validation attestations (#11); the soci CLI
-# makes the SOCI index of `push --compression soci` (#29), with containerd (docker.io's dependency) and ctr.
+# One word per package (name=version). cosign signs and verifies the validation attestations; the soci CLI
+# makes the SOCI index of `push --compression soci`, with containerd (docker.io's dependency) and ctr.
 TRIXIE=(docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5 soci-snapshotter=0.4.1-5+b3)
 
 need=()
-# The user-journey tests' real clients (#19): headless Chromium + its WebDriver (Selenium drives them) and
-# Prometheus 2.42 with promtool, nginx as Jupyter's reverse proxy at a sub-path (#30); Debian bookworm's own packages.
+# The user-journey tests' real clients: headless Chromium + its WebDriver (Selenium drives them) and
+# Prometheus 2.42 with promtool, nginx as Jupyter's reverse proxy at a sub-path; Debian bookworm's own packages.
 # pigz: dockerd and containerd decompress gzip layers (pull, unpack, a zstd conversion) with unpigz when it is on the
 # PATH, and with Go's slower gzip otherwise.
 for cmd in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils \

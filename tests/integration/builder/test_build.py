@@ -296,7 +296,7 @@ def _last_cert(bundle: str) -> str:
 
 
 def test_two_clones_of_one_commit_build_one_image_id(default_build, docker_engine, tmp_path, test_ca):
-    """#27: the source label held each clone's own remote (a path, `unknown`, ssh or https), so two clones of one
+    """The source label once held each clone's own remote (a path, `unknown`, ssh or https), so two clones of one
     commit built two image ids and the second push was refused as a moved tag. Now: one normalised URL, one id."""
     ids = {}
     for name, remote in (("ssh", "git@github.com:acme/gpuforge.git"), ("https", "https://ci:t0k3n@github.com/acme/gpuforge.git")):

@@ -1,7 +1,7 @@
 """`gpuforge clean` removes only containers whose owning process is gone (unless --all), against the real
 engine: a live owner's container stays running, a SIGKILLed owner's goes, a container from before the last
 boot goes, another host's stays. That a whole `validate` stays green with `clean` run again and again beside it
-(#18: a clean during a validate once removed its containers, 20 false failures) is proven in test_install.py,
+(a clean during a validate must never remove a live run's containers) is proven in test_install.py,
 by the installed copy's own validate and clean: one full validation serves both claims.
 
 --all and the hand-labelled containers run on a private second engine: --all on the shared one would stop

@@ -35,8 +35,8 @@ def test_outside_a_checkout_is_one_clear_error(installed, tmp_path):
 
 def test_validate_from_the_repo_root_stays_green_with_clean_run_beside_it(validated):
     """The installed copy's full `validate --attest` from the repo root (the run's signed validation), with the
-    installed copy's `clean` run again and again beside it (#18: a clean during a validate once removed its
-    containers, 20 false failures): a live run's containers are kept, and the validation ends green and signed."""
+    installed copy's `clean` run again and again beside it: a live run's containers are kept, and the validation
+    ends green and signed."""
     t, beside = validated["target"], validated["beside"]
     out, cleans = beside["out"], beside["cleans"]
     assert beside["rc"] == 0, out[-5000:]

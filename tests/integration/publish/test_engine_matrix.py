@@ -1,4 +1,4 @@
-"""The engine matrix (#21): the build -> record -> validate -> push -> attest -> promote path on Debian
+"""The engine matrix: the build -> record -> validate -> push -> attest -> promote path on Debian
 trixie's Docker 26.1.5 with the containerd image store, with BuildKit's provenance attestation at its
 default (the image is then an index holding an attestation manifest) and off. The rest of the suite runs
 the same path on bookworm's 20.10 (graphdriver overlay2, BuildKit 0.8: no attestations).
@@ -180,7 +180,7 @@ def test_digests_agree_on_docker26_with_the_containerd_store(engine26, registry,
 
     # the validating run signs its result onto the pushed digest (the only signing path). With provenance off the
     # image is the same layers and config as the first case's (its index's image manifest): that run's signed
-    # evidence is reused by content, and no validator runs (#28)
+    # evidence is reused by content, and no validator runs
     out = cli("validate", "--reports", str(reports), "--attest", "--registry", registry, "--sign-key", keys["key"],
               "--key", keys["pub"]).stdout
     signed, *gpu_signed = attest.verified_predicates(f"{host}/{repo}@{digest}", attest.VALIDATION_TYPE,

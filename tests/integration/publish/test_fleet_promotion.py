@@ -127,7 +127,7 @@ def test_two_of_three_pools_block_prod_naming_the_third_then_all_three_promote(f
     promote.promote_targets([t], env="dev", reports=reports, **state_here.promote_kw(fleet["key"]))
     _attest_pool(fleet, validated, "h200")
     _attest_pool(fleet, validated, "a100")
-    # beside gpuforge's predicate, each run signed an in-toto Test Result per pool its host is a node of (#28)
+    # beside gpuforge's predicate, each run signed an in-toto Test Result per pool its host is a node of
     results = attest.verified_predicates(fleet["ref"], statements.TEST_RESULT_TYPE, state_here.verifier(fleet["key"].replace(".key", ".pub")))
     scopes = [r["configuration"][0]["name"] for r in results]
     assert scopes == [statements.IMAGE, "gpuforge.dev/pool/h200", "gpuforge.dev/pool/a100"], scopes

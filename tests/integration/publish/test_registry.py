@@ -621,7 +621,9 @@ def derived_image(docker_engine, pushed, tmp_path):
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "marker").write_text(uuid.uuid4().hex)
     (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base_tag}\nCOPY marker /opt/gpuforge-rollback-marker\n")
-    img, _ = docker_engine.images.build(path=str(tmp_path / "ctx"), rm=True, labels={"gpuforge.test": "rollback"})
+    # named: a runner's clean-up of untagged gpuforge images (images.yml) must not take it while the module runs
+    img, _ = docker_engine.images.build(path=str(tmp_path / "ctx"), rm=True, labels={"gpuforge.test": "rollback"},
+                                        tag=f"gpuforge-test/rollback:{uuid.uuid4().hex[:12]}")
     yield img.id
     docker_engine.images.remove(base_tag)
     try:

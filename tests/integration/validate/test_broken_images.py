@@ -1,7 +1,7 @@
 """Each validator fails, naming the problem, on a deliberately broken image: a thin image built on the default image
 (a few Dockerfile lines), the one validator it breaks run on it. The table covers every validator module; a control
 (a good fake host) shows the driver rows fail for the driver, not the fake. Apart from test_validators.py so that
-`nox -s tests` can give the two modules to two workers (#27)."""
+`nox -s tests` can give the two modules to two workers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -73,7 +74,7 @@ BROKEN = [
 ENTRYPOINT = "/usr/local/bin/gpuforge-entrypoint"
 JCONF = "/etc/jupyter/jupyter_server_config.py"
 PIP_USER = "test_journeys.py::test_pip_install_as_the_user_offline[default-user]"
-BROKEN += [  # the image's users (#19): each journey's validator fails for its own reason
+BROKEN += [  # the image's users: each journey's validator fails for its own reason
     ("login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
      "test_journeys.py::test_login_shell_has_the_venv", "not the venv's"),
     ("ssh-login-path-unset", ["USER root", "RUN rm /etc/profile.d/gpuforge.sh", "USER 1000"],
@@ -128,7 +129,7 @@ BROKEN += [
      "test_driver.py::test_gpus_in_arch_list", "sm_120"),
 ]
 KERNELS = "/opt/gpuforge/programs/smoke_kernels.py"
-BROKEN += [  # the GPU smoke's compile steps, caught on the CPU box (#26): the two failures the shipped image had
+BROKEN += [  # the GPU smoke's compile steps, caught on the CPU box: the two failures the shipped image had
     # the kernel as it was: postponed annotations and no module-level `tl` (Triton 3.3.1 resolves `tl.constexpr` there)
     ("triton-kernel-postponed-annotations", ["USER root", f"RUN sed -i -e '1i from __future__ import annotations' "
                                              f"-e 's/^import triton.language as tl$/import triton.language/' {KERNELS}", "USER 1000"],
@@ -146,7 +147,7 @@ BROKEN += [  # the GPU smoke's compile steps, caught on the CPU box (#26): the t
      "test_gpu_compile_cpu.py::test_aotinductor_cuda_wrapper_builds_and_links", "cannot find -lcuda"),
 ]
 NCCL_LIB = "/opt/venv/lib/python3*/site-packages/nvidia/nccl/lib"
-BROKEN += [  # linked-library integrity (#30)
+BROKEN += [  # linked-library integrity
     ("lib-missing", ["USER root", f"RUN rm {SITE}/nvidia/nvjitlink/lib/libnvJitLink.so.12", "USER 1000"],
      "test_linking.py::test_every_elf_file_resolves_its_libraries", "libnvJitLink.so.12 not found"),
     # a NCCL network plugin (NCCL opens libnccl-net.so by name) with a symbol nothing defines: it loads lazily only
@@ -161,14 +162,14 @@ BROKEN += [  # linked-library integrity (#30)
      "test_linking.py::test_nothing_shadows_the_venv_gpu_libraries", "/opt/old-cudnn/libcudnn.so.9 shadows"),
     ("broken-symlink", ["USER root", "RUN ln -s /opt/gone/python3 /usr/local/bin/python-gone", "USER 1000"],
      "test_linking.py::test_no_broken_symlinks", "/usr/local/bin/python-gone -> /opt/gone/python3"),
-    # devel (#30): a runtime image holds no CUDA compiler (the devel image's checks fail in test_devel_target.py)
+    # devel: a runtime image holds no CUDA compiler (the devel image's checks fail in test_devel_target.py)
     ("runtime-with-ptxas", ["USER root", f"RUN ln -s {SITE}/triton/backends/nvidia/bin/ptxas /usr/local/bin/ptxas", "USER 1000"],
      "test_devel.py::test_runtime_has_no_cuda_compiler", "a runtime image holds CUDA compiler parts"),
 ]
 HEALTH = "/opt/gpuforge/programs/health.py"
 HEALTH_CMD = '["/opt/venv/bin/python3", "-I", "-S", "/opt/gpuforge/programs/health.py"]'
 UNHEALTHY = "test_health.py::test_unhealthy_once_its_server_stops_answering"
-BROKEN += [  # the HEALTHCHECK (#48): each one a check that would call a stopped server healthy, or none at all
+BROKEN += [  # the HEALTHCHECK: each one a check that would call a stopped server healthy, or none at all
     ("no-healthcheck", ["HEALTHCHECK NONE"], "test_health.py::test_the_image_declares_a_healthcheck", "declares no HEALTHCHECK"),
     # a probe every 30 s: a Jupyter ready at 20 s would be seen healthy at 50 s at best
     ("healthcheck-too-slow", [f"HEALTHCHECK --interval=30s CMD {HEALTH_CMD}"], "test_health.py::test_the_image_declares_a_healthcheck",
@@ -190,7 +191,7 @@ BROKEN += [  # the HEALTHCHECK (#48): each one a check that would call a stopped
 # The smoke suite needs a GPU: its bars are proven by mutated reports (tests/unit), its device count on the H200.
 # Readiness (test_readiness.py): each rule fails on the H200's recorded NVML facts and figures in
 # tests/unit/image/test_readiness.py, its limits and NVIDIA_REQUIRE_CUDA on broken containers in test_readiness_cpu.py,
-# and the five faults of #29 on the H200 with the shipped image (docs/measurements/gpu-29.md).
+# and the five readiness faults on the H200 with the shipped image (docs/measurements/gpu-29.md).
 GPU_HOST_ONLY = {"test_gpu_smoke", "test_readiness"}
 
 
@@ -203,8 +204,10 @@ def test_broken_image_table_covers_every_validator_module():
 def _validate_derived(engine, t, rec, tmp_path, lines: list[str], select: str) -> tuple[subprocess.CompletedProcess, dict]:
     """Build `lines` on top of the default image, run the `select`ed validators on it: (pytest run, report)."""
     dockerfile = "\n".join([f"FROM {rec['image_id']}", *lines]) + "\n"
+    # named: images.yml's clean-up (`docker image prune --filter label=io.gpuforge.target`, run by the act tests
+    # beside this module) removes untagged images that carry the base's labels
     img, _ = engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
-                                 labels={"io.gpuforge.test": "broken"})
+                                 labels={"io.gpuforge.test": "broken"}, tag=f"gpuforge-test/broken:{uuid.uuid4().hex[:12]}")
     try:
         target = tmp_path / "target.json"
         target.write_text(t.expected_json())

@@ -1,11 +1,11 @@
-"""The devel image built from wheels (#30), with the real CLI and engine: it builds on the default image's layers, the
+"""The devel image built from wheels, with the real CLI and engine: it builds on the default image's layers, the
 whole validator suite is green on it (the devel checks ran, not skipped), and each devel check fails on a broken
 devel image for its stated reason. The GPU half (the extension's kernel and the C++ AOTI loader run on the GPU) is
 measured on the H200 with the shipped devel image (docs/measurements/).
 
 The devel image's one full validation is `gpuforge canary --env dev` of it (`devel_canary` in conftest.py,
 tests/devel_canary.py): a canary runs every validator on the digest, and test_registry.py asserts the canary's own
-claims on the same run (#27: one full validation fewer per run)."""
+claims on the same run (one full validation fewer per run)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -103,8 +104,11 @@ def test_cuda_base_devel_nvcc_check_fails_on_another_cuda(devel_build, docker_en
 def _fails_on(devel_build, docker_engine, tmp_path, lines: list[str], target_json: str, check: str, words: str) -> None:
     _, rec = devel_build
     dockerfile = "\n".join([f"FROM {rec['image_id']}", *lines]) + "\n"
+    # named: images.yml's clean-up (`docker image prune --filter label=io.gpuforge.target`, run by the act tests
+    # beside this module) removes untagged images that carry the base's labels
     img, _ = docker_engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True,
-                                        labels={"io.gpuforge.test": "broken"})
+                                        labels={"io.gpuforge.test": "broken"},
+                                        tag=f"gpuforge-test/broken-devel:{uuid.uuid4().hex[:12]}")
     try:
         r, rep = _run_checks(img.id, target_json, [f"test_devel.py::{check}"], tmp_path)
     finally:

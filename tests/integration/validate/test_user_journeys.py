@@ -125,7 +125,7 @@ def test_jupyter_over_an_ssh_tunnel_in_chromium_runs_a_cell(ssh_container, tmp_p
     assert out.strip() == f"TORCH {t.expected().torch}", out
 
 
-# --- Jupyter behind nginx at a sub-path (#30) -------------------------------------------------------------------
+# --- Jupyter behind nginx at a sub-path ------------------------------------------------------------------------
 
 SUBPATH = "/u/alice"
 NGINX_CONF = """worker_processes 1;

@@ -1,4 +1,4 @@
-"""cli.py's command functions (#27's bugs): each returns its exit code, no code sits after a return, and a
+"""cli.py's command functions: each returns its exit code, no code sits after a return, and a
 promotion or rollback that could not sign its record is refused at once (exit 2), before any registry or tag work."""
 
 from __future__ import annotations

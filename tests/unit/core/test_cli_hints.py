@@ -1,5 +1,5 @@
 """Every `gpuforge ...` command line that gpuforge's own messages tell a user to run parses with today's CLI and is
-not a refused command (#27: prod's refusal once said `gpuforge attest --gpu`, which the CLI refuses)."""
+not a refused command (prod's refusal once said `gpuforge attest --gpu`, which the CLI refuses)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from gpuforge.push import pusher
 from gpuforge.registry.client import ANONYMOUS
 from gpuforge.state.models import BuildRecord
 
-# Each run counts itself; run n prints $STATUS_n as BuildKit did on CI (stop 39) and exits 1, or, with STATUS_n
+# Each run counts itself; run n prints $STATUS_n as BuildKit did on CI and exits 1, or, with STATUS_n
 # empty, succeeds. A run writes the metadata file (the digest it pushed) unless it succeeds with NO_META set, and a
 # failing one writes it too with META_ON_FAIL set: no digest may come from either.
 PUSHER = r"""

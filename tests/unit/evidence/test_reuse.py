@@ -1,4 +1,4 @@
-"""Evidence reused by content (#28): the mutation test. A candidate's signed statement is reused only when it proves
+"""Evidence reused by content: the mutation test. A candidate's signed statement is reused only when it proves
 the very content key asked for (layers, runtime config, validator set, and for a GPU run the GPU models and driver)
 and is green, complete, and signed in its own run. Each mutation re-runs; no false reuse.
 
@@ -194,7 +194,7 @@ def test_promotion_judges_the_reused_statement_and_the_test_result_keeps_the_sou
     assert runs and all(c["annotations"]["signedAt"] == SIGNED_AT for c in runs), runs  # the source's time, not now
 
 
-# --- GPU runs of the same bytes (#28: a zstd copy or a mirror promotes with no new GPU run) ------------------------
+# --- GPU runs of the same bytes (a zstd copy or a mirror promotes with no new GPU run) -----------------------------
 FACTS = {"diff_ids": list(LAYERS), "config": CONFIG, "inputs": INPUTS}
 
 

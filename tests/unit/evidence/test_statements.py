@@ -1,4 +1,4 @@
-"""The standard statements (#28): an in-toto Test Result per validating run, naming exactly the fleet pools the run's
+"""The standard statements: an in-toto Test Result per validating run, naming exactly the fleet pools the run's
 GPU host is a node of, with skipped required checks counted as failed; a SLSA VSA per promotion. Each is checked
 against the in-toto framework's own message types before it would be signed. Reports come from the real H200 run
 (tests/fleet_reports.py)."""

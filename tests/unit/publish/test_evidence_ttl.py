@@ -1,4 +1,4 @@
-"""The evidence time to live (#28): `GPUFORGE_EVIDENCE_TTL_DAYS` / `--max-age-days` is one number or one per
+"""The evidence time to live: `GPUFORGE_EVIDENCE_TTL_DAYS` / `--max-age-days` is one number or one per
 environment; promote refuses evidence (the newest validation statement, and for prod the newest GPU one) signed longer
 ago, naming its age; a statement with no signing time is refused, never taken as fresh."""
 

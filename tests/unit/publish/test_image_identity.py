@@ -1,4 +1,4 @@
-"""Which registry manifest is "the built image" on each engine (#21): a graphdriver engine (20.10's overlay2)
+"""Which registry manifest is "the built image" on each engine: a graphdriver engine (20.10's overlay2)
 names an image by its config digest; the containerd store (26.1) by its manifest or index digest, which is what
 it pushes. Every stage that compares a record's image id with the registry goes through `Manifest.holds`
 (the signing run, the build tag check of push, resume and rollback); each once compared config digests only,

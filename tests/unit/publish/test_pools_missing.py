@@ -76,7 +76,7 @@ def test_a_target_without_pools_needs_nothing_more(tmp_path):
 
 
 def test_a_reused_gpu_run_of_the_same_bytes_counts_though_it_ran_before_this_build(tmp_path):
-    """A copy (zstd, a mirror, another provenance setting) reuses its source's GPU run by content (#28): the checks
+    """A copy (zstd, a mirror, another provenance setting) reuses its source's GPU run by content: the checks
     ran before the copy was built, and the content key, not the clock, proved them for these bytes."""
     t = _target(tmp_path)
     h200, a100, _ = _three()

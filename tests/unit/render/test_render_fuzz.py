@@ -143,7 +143,7 @@ def test_random_text_cannot_add_instructions_or_shell_words(tmp_path_factory, ba
     ("pypi_url", "https://x.example/simple $HOME"),
 ])
 def test_hostile_values_that_slip_past_render_quoted(field, value):
-    """The specific injections of issue #12, rendered directly: quoted, so nothing runs."""
+    """The specific shell injections, rendered directly: quoted, so nothing runs."""
     df = _render(TARGETS["wheels"], field, value)
     assert [i["instruction"] for i in _instructions(df)] == [
         i["instruction"] for i in _instructions(render.render_target(TARGETS["wheels"])["Dockerfile"].decode())]
