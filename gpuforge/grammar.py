@@ -11,14 +11,16 @@ import difflib
 import re
 import string
 from collections.abc import Iterable
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 # How containers ask for GPUs: the NVIDIA runtime (--gpus) or CDI (--device nvidia.com/gpu=...). On the floor: the
-# option table, the matrix schema, the engine and the validators read the one tuple.
-GPU_REQUESTS = ("nvidia", "cdi")
+# option table, the matrix schema, the engine and the validators read the one Literal (its values: the tuple).
+GpuRequest = Literal["nvidia", "cdi"]
+GPU_REQUESTS: tuple[GpuRequest, ...] = get_args(GpuRequest)
 
 # Each grammar's regex lives here once, written to mean the same to Python's re and to ECMAScript (no \Z,
 # no inline flags, no named groups): the checks below full-match them, and gpuforge.plan.schema puts them into

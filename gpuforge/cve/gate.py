@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -46,9 +46,6 @@ MAX_REVIEW_DAYS = 366  # an exception reviewed less than yearly is not reviewed
 SUGGEST_REVIEW_DAYS = 30
 VULN_ID = r"[A-Z][A-Z0-9]*(?:-[A-Za-z0-9._]+)+"  # CVE-2024-1234, GHSA-xxxx-xxxx-xxxx, PYSEC-2024-1, DSA-5555-1
 _VULN_RE = re.compile(rf"(?:{VULN_ID})\Z")
-# openvex.JUSTIFICATIONS as a type: an allowlist entry's `justification` (tests/unit/cve keep the two the same)
-Justification = Literal["component_not_present", "vulnerable_code_not_present", "vulnerable_code_not_in_execute_path",
-                        "vulnerable_code_cannot_be_controlled_by_adversary", "inline_mitigations_already_exist"]
 
 
 # --- the allowlist ---------------------------------------------------------------------------------
@@ -78,7 +75,7 @@ class Entry(BaseModel):
     package: Annotated[str, Field(strict=True, max_length=200)] | None = None
     reason: Annotated[str, Field(strict=True, max_length=2000)]
     review_by: dt.date
-    justification: Justification | None = None
+    justification: openvex.Justification | None = None
 
     _id = field_validator("id")(lambda cls, v: _vuln_id(v))
     _why = field_validator("reason")(lambda cls, v: _reason(v))

@@ -25,15 +25,16 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 # The predicateType cosign gives `attest --type openvex`, and the one `verify-attestation --type openvex` asks for
 # (cosign's attestation.OpenVexNamespace); the document itself names the spec version in its @context.
 OPENVEX_TYPE = "https://openvex.dev/ns"
 CONTEXT = "https://openvex.dev/ns/v0.2.0"
 # The spec's status justifications (OPENVEX-SPEC.md, "Status Justifications"): the allowlist's `justification` values.
-JUSTIFICATIONS = ("component_not_present", "vulnerable_code_not_present", "vulnerable_code_not_in_execute_path",
-                  "vulnerable_code_cannot_be_controlled_by_adversary", "inline_mitigations_already_exist")
+Justification = Literal["component_not_present", "vulnerable_code_not_present", "vulnerable_code_not_in_execute_path",
+                        "vulnerable_code_cannot_be_controlled_by_adversary", "inline_mitigations_already_exist"]
+JUSTIFICATIONS: tuple[Justification, ...] = get_args(Justification)
 DEFAULT_AUTHOR = "gpuforge cve-gate"
 ID_PREFIX = "https://openvex.dev/docs/public/vex-"  # the spec's shared namespace, named by a hash of the content
 # A package URL as scanners write it (scanner JSON is not trusted to be one): pkg:TYPE/NAME..., no spaces.

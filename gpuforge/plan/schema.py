@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from gpuforge import grammar
 from gpuforge.errors import ConfigError
-from gpuforge.grammar import GPU_REQUESTS
+from gpuforge.grammar import GpuRequest
 from gpuforge.image import compat
 from gpuforge.plan.yamlpos import Positioned, error_loc
 
@@ -24,12 +24,7 @@ FLAVORS: tuple[Flavor, ...] = get_args(Flavor)
 SOURCES: tuple[Source, ...] = get_args(Source)
 ENVS: tuple[Env, ...] = get_args(Env)
 # How containers ask the engine for GPUs (gpuforge.engine.containers.gpu_device_request): `gpu_request:` in matrix.yaml,
-# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request). A Literal spells its values out
-# for type checkers; grammar.GPU_REQUESTS is the list the CLI and the engine read, so a mismatch fails the import.
-GpuRequest = Literal["nvidia", "cdi"]
-if get_args(GpuRequest) != GPU_REQUESTS:
-    _mismatch = f"schema.GpuRequest {get_args(GpuRequest)} is not grammar.GPU_REQUESTS {GPU_REQUESTS}"
-    raise RuntimeError(_mismatch)
+# --gpu-request and GPUFORGE_GPU_REQUEST (resolved by gpuforge.options.gpu_request): grammar.GpuRequest.
 # What tag_template and aliases may name ({env} only in aliases), what version_template may name (it must name
 # {build}: gpuforge.plan.version), and what cuda_base_image may name.
 TAG_FIELDS = (*AXES, "id", "cuda_tag")

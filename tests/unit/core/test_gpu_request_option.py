@@ -11,8 +11,9 @@ from gpuforge import cli, options
 from gpuforge.engine import client as engine
 from gpuforge.engine import containers as run
 from gpuforge.errors import ConfigError
+from gpuforge.grammar import GPU_REQUESTS
 from gpuforge.plan.matrix import load_matrix
-from gpuforge.plan.schema import GPU_REQUESTS, json_schema
+from gpuforge.plan.schema import json_schema
 from gpuforge.validate import pytest_run as validate
 
 ENV = "GPUFORGE_GPU_REQUEST"
