@@ -251,6 +251,7 @@ def cmd_build(args: argparse.Namespace, run: Run) -> int:
               "as the build secret (--extra-ca to choose another)", flush=True)
     elif b.extra_ca:
         print(f"gpuforge: extra CA bundle {b.extra_ca} (from {o.source('extra_ca')}), passed as a build secret", flush=True)
+    _reap()
     build.build_targets(targets, opts)  # raises BuildError (exit 4) when any target failed
     return 0
 
@@ -271,6 +272,7 @@ def cmd_validate(args: argparse.Namespace, run: Run) -> int:
         from gpuforge.evidence import signed_run
 
         signer = _bundle_signer(run, targets)
+        _reap()
         return signed_run.validate_into_bundle(targets[0], out=Path(v.bundle), reports=Path(v.reports), signer=signer,
                                                records=run.records, pytest_args=v.pytest_args,
                                                gpu_request=_gpu_request(run), progress_mode=v.progress)
@@ -278,11 +280,14 @@ def cmd_validate(args: argparse.Namespace, run: Run) -> int:
     if v.attest:  # sign in this process, from this run's results, onto the pushed digest
         from gpuforge.evidence import signed_run
 
-        return signed_run.validate_and_attest(targets, reports=Path(v.reports), signer=_signer(run, run.signing.signing_key),
+        signer, verifier = _signer(run, run.signing.signing_key), _verifier_or_none(run)
+        _reap()
+        return signed_run.validate_and_attest(targets, reports=Path(v.reports), signer=signer,
                                               records=run.records, pytest_args=v.pytest_args,
                                               gpu=v.gpu, gpu_request=gpu_request, progress_mode=v.progress,
-                                              verifier=_verifier_or_none(run), reuse_evidence=not v.no_reuse,
+                                              verifier=verifier, reuse_evidence=not v.no_reuse,
                                               reuse_from=v.reuse_from)
+    _reap()
     return validate.validate_targets(targets, reports=Path(v.reports), records=run.records, pytest_args=v.pytest_args,
                                      gpu=v.gpu, gpu_request=gpu_request, progress_mode=v.progress)
 
@@ -648,7 +653,8 @@ def _promotion_state(add: AddCommand) -> None:
 
 
 def _reap() -> None:
-    """Containers of gpuforge runs that died (SIGKILL, OOM) go at the next run that uses the engine."""
+    """Containers of gpuforge runs that died (SIGKILL, OOM) go at the next build or validate that uses the engine,
+    once its input is checked: a refused command changes nothing, and its one line is the only thing it says."""
     from gpuforge.engine import containers as run
 
     try:
@@ -678,8 +684,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         o = options.resolve(args)  # every flag, variable and default, checked before any work
         _name_the_run(o)
-        if args.cmd in ("build", "validate"):  # `clean` reaps by itself and counts it once
-            _reap()
         if args.cmd in _SIGNS_RECORDS:
             _require_record_signer(o.stage(options.SigningSettings))
         matrix = _load_matrix(args.cmd, o)

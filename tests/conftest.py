@@ -198,6 +198,14 @@ def _run_lock(name: str, *, shared: bool = False):
         yield
 
 
+def reaping_validate(tmp_path: Path) -> subprocess.CompletedProcess:
+    """The next run after a killed one: a `validate` whose input is good, so it first removes the containers of dead
+    runs (a refused command changes nothing); with a state dir of its own it then stops at "not built", exit 8."""
+    r = gpuforge("validate", "--reports", str(tmp_path / "next"), env={"GPUFORGE_STATE_DIR": str(tmp_path / "empty")})
+    assert r.returncode == 8 and "has not been built" in r.stderr, r.stderr
+    return r
+
+
 @contextlib.contextmanager
 def dead_runs_window(*, leaves_them: bool):
     """`build` and `validate` first remove the containers of gpuforge runs that died, and say so on stderr. A test

@@ -199,11 +199,16 @@ def keys(tmp_path, monkeypatch):
     (["--gpu", "--bundle", "b", "--sign-key", "{d}/cosign.key"], {"GPUFORGE_COSIGN_TLOG": "1"}, "cannot reach the Rekor"),
 ])
 def test_validate_bundle_is_refused_in_one_line_before_anything_runs(keys, monkeypatch, capsys, argv, env, says):
+    """Refused before the engine is touched: not even the dead runs' containers are removed (a refused command
+    changes nothing, and on a shared engine that clean-up is someone else's line)."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    reaped = []
+    monkeypatch.setattr(cli, "_reap", lambda: reaped.append(True))
     rc = cli.main(["validate", *(a.format(d=keys) for a in argv)])
     err = capsys.readouterr().err
     assert rc == 2 and says in err and err.count("\n") == 1, err
+    assert not reaped, "validate removed dead runs' containers before refusing its input"
 
 
 def test_attach_verifies_with_a_public_key_only(keys, monkeypatch, capsys):
