@@ -113,10 +113,14 @@ class _Runner:
         self.stop = threading.Event()
         self.procs: set[subprocess.Popen[str]] = set()
         self.lock = threading.Lock()
+        # Ctrl-C and tagging exclude each other: once stop is set no tag moves, and a tag move under way ends first
+        # (re-entrant: a failed tag stops the other targets from within)
+        self.tagging = threading.RLock()
         self.state_errors: list[StateError] = []  # a build made but not recorded: exit 8, not 4
 
     def kill_all(self) -> None:
-        self.stop.set()
+        with self.tagging:
+            self.stop.set()
         with self.lock:
             for p in self.procs:
                 p.terminate()
@@ -163,8 +167,17 @@ class _Runner:
         problem = sizecheck.problem(t.id, size, self.engine.store)
         if problem:
             return self._failed(r, f"build check failed: {problem}")
-        self._tag(t, img, r, recipe, size, index="index" in kind, argv=argv)
+        self._tag_unless_stopped(t, img, r, recipe, size, index="index" in kind, argv=argv)
         return r
+
+    def _tag_unless_stopped(self, t: Target, img: Any, r: Result, recipe: str, size: int, *, index: bool,
+                            argv: list[str]) -> None:
+        """BuildKit may finish just before a Ctrl-C lands: its image is then left untagged, as the interrupt says."""
+        with self.tagging:
+            if self.stop.is_set():
+                r.state, r.error = "failed", f"built {img.id[:19]} but stopped before its tags moved"
+                return
+            self._tag(t, img, r, recipe, size, index=index, argv=argv)
 
     def _failed(self, r: Result, error: str) -> Result:
         """This target failed: the others stop too, unless --keep-going."""
@@ -332,7 +345,10 @@ def build_targets(targets: list[Target], opts: BuildOptions) -> list[Result]:
     except KeyboardInterrupt:
         runner.kill_all()
         pool.shutdown(wait=True, cancel_futures=True)
-        print("gpuforge: build interrupted; no tag was created or moved", file=sys.stderr)
+        tagged = [r.target.id for r in results.values() if r.ok]  # finished and tagged before the Ctrl-C landed
+        done = f"{', '.join(tagged)} finished and tagged before it; no other tag was created or moved" if tagged else \
+            "no tag was created or moved"
+        print(f"gpuforge: build interrupted; {done}", file=sys.stderr)
         raise
     finally:
         pool.shutdown(wait=True)

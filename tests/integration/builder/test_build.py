@@ -248,24 +248,36 @@ def test_interrupted_build_creates_no_tag(default_build, docker_engine, tmp_path
 
     # a step that is never cached (unique per run) and slow enough to be interrupted
     df.write_text(df.read_text().replace("\nEXPOSE 22 8888", f"\nRUN echo {uuid.uuid4().hex} && sleep 120\nEXPOSE 22 8888"))
+    # the run's settings, resolved here as for every build of the suite: its pinned system-layer key keeps every layer
+    # but the slow step in the cache (a key resolved afresh differs once a suite publishes during the run, and the
+    # whole image is then rebuilt)
+    kw = state_here.build_kw(log_dir=tmp_path)
+    assert kw["apt_state"], "the run pins no system-layer key (tests/conftest.py sets GPUFORGE_APT_STATE)"
     code = (
-        "import dataclasses, os, sys; from pathlib import Path; from gpuforge.builder import runner as build; from gpuforge.plan.matrix import load_matrix\n"
-        "from gpuforge.state.records import Records\n"
+        "import dataclasses; from pathlib import Path; from gpuforge.builder import runner as build; from gpuforge.plan.matrix import load_matrix\n"
+        "from gpuforge.state.records import Records; from gpuforge.builder import aptstate\n"
         "t = dataclasses.replace(load_matrix().select(None)[0], tags=('gpuforge-test/interrupted:latest',))\n"
         f"build.build_targets([t], build.BuildOptions(context_root=Path({str(ctx)!r}), progress='plain', "
-        f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(tmp_path)!r}), "
-        "records=Records(Path(os.environ['GPUFORGE_STATE_DIR']))))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True, preexec_fn=ctrl_c_able,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        f"extra_ca={str(test_ca['bundle'])!r}, log_dir=Path({str(kw['log_dir'])!r}), "
+        f"apt_state=aptstate.pinned({kw['apt_state'].value!r}, 'GPUFORGE_APT_STATE'), "
+        f"records=Records(Path({str(kw['records'].state_dir)!r}))))\n")
+    # its output to a file, not a pipe read only at the end: a build that prints more than the pipe holds would stall
+    out_file = tmp_path / "out.txt"
+    with out_file.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True, preexec_fn=ctrl_c_able,
+                                stdout=sink, stderr=subprocess.STDOUT)
     log = tmp_path / f"{t.id}.log"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (log.exists() and "sleep 120" in log.read_text()):
+    while time.monotonic() < deadline and not (log.exists() and "sleep 120" in log.read_text()) and proc.poll() is None:
         time.sleep(0.5)
+    reached = log.exists() and "sleep 120" in log.read_text()
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert "no tag was created or moved" in out
+    proc.wait(timeout=120)
+    out = out_file.read_text()
+    assert reached, f"the build never reached its slow step: {out[-2000:]}"
+    assert proc.returncode != 0, out[-2000:]
+    assert "build interrupted; no tag was created or moved" in out, out[-2000:]
     with pytest.raises(ImageNotFound):
         docker_engine.images.get("gpuforge-test/interrupted:latest")
 
