@@ -124,7 +124,9 @@ def kernels_per_call(step) -> dict:
 def ms_per_call(step, iters: int) -> float:
     import speed  # beside this program
 
-    return speed.timed_trials(step, trials=1, inner=iters, warm_s=0)[0]
+    # each trial warms the GPU first (speed's default): a trial that follows a pause, such as a capped compile's
+    # process being killed, otherwise times clocks still ramping up and spreads the mode's trials
+    return speed.timed_trials(step, trials=1, inner=iters)[0]
 
 
 def _error(e: BaseException) -> str:
